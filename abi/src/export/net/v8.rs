@@ -1,0 +1,31 @@
+//! Net v8 table: size_t regMr, int isend/irecv sizes narrowed at 1 GiB (NCCL 2.20–2.23).
+
+use super::NetExport;
+use super::shims::*;
+use crate::raw::net::v8::ncclNet_v8_t;
+
+/// The `ncclNetPlugin_v8` table for `T`.
+pub const fn table<T: NetExport>() -> ncclNet_v8_t {
+    ncclNet_v8_t {
+        name: T::NAME.as_ptr(),
+        init: Some(init_v6::<T, 8>),
+        devices: Some(devices::<T>),
+        getProperties: Some(get_properties_v8::<T>),
+        listen: Some(listen_v6::<T>),
+        connect: Some(connect_v7::<T>),
+        accept: Some(accept_v7::<T>),
+        regMr: Some(reg_mr_v8::<T>),
+        regMrDmaBuf: if T::SUPPORTS_DMABUF { Some(reg_mr_dmabuf::<T>) } else { None },
+        deregMr: Some(dereg_mr::<T>),
+        isend: Some(isend_v6::<T>),
+        irecv: Some(irecv_v6::<T>),
+        iflush: Some(iflush::<T>),
+        test: Some(test::<T>),
+        closeSend: Some(close_send::<T>),
+        closeRecv: Some(close_recv::<T>),
+        closeListen: Some(close_listen::<T>),
+        // Host-memory plugins have no device-side registrations.
+        getDeviceMr: None,
+        irecvConsumed: if T::HAS_IRECV_CONSUMED { Some(irecv_consumed::<T>) } else { None },
+    }
+}

@@ -1,0 +1,120 @@
+//! Net ABI v7 (NCCL 2.19): device offload, `NCCL_NET_MAX_REQUESTS` = 32. 19 slots, 152 bytes.
+
+use core::ffi::{c_char, c_int};
+
+use super::fns::*;
+use crate::raw::{assert_layout, table_is_sync};
+
+/// `ncclNetProperties_v7_t`, 56 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ncclNetProperties_v7_t {
+    /// Device name for logs; plugin-owned, valid while the library is loaded.
+    pub name: *mut c_char,
+    /// `/sys` PCI device path (realpath), or NULL for a virtual NIC.
+    pub pciPath: *mut c_char,
+    /// Same guid ⇒ same physical port.
+    pub guid: u64,
+    /// `NCCL_PTR_*` bitmask of the memory types `regMr` accepts.
+    pub ptrSupport: c_int,
+    /// Link speed in Mbps (100000 = 100 Gb/s).
+    pub speed: c_int,
+    /// Port number.
+    pub port: c_int,
+    /// Latency in µs; 0 = NCCL default.
+    pub latency: f32,
+    /// Maximum number of comms.
+    pub maxComms: c_int,
+    /// Maximum `n` in a grouped `irecv`.
+    pub maxRecvs: c_int,
+    /// Device offload type (HOST or UNPACK).
+    pub netDeviceType: super::NetDeviceType,
+    /// Version of the device offload.
+    pub netDeviceVersion: c_int,
+}
+assert_layout!(
+    ncclNetProperties_v7_t,
+    size = 56,
+    align = 8,
+    name = 0,
+    pciPath = 8,
+    guid = 16,
+    ptrSupport = 24,
+    speed = 28,
+    port = 32,
+    latency = 36,
+    maxComms = 40,
+    maxRecvs = 44,
+    netDeviceType = 48,
+    netDeviceVersion = 52
+);
+
+/// `ncclNet_v7_t`: the table exported as `ncclNetPlugin_v7`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ncclNet_v7_t {
+    /// Plugin name (data, not a function); compared case-insensitively with `NCCL_NET`.
+    pub name: *const c_char,
+    /// `init(logFunction)`.
+    pub init: Option<InitV6>,
+    /// `devices(ndev)`.
+    pub devices: Option<Devices>,
+    /// `getProperties(dev, props)`.
+    pub getProperties:
+        Option<unsafe extern "C" fn(dev: c_int, props: *mut ncclNetProperties_v7_t) -> crate::raw::common::NcclResult>,
+    /// `listen(dev, handle, listenComm)`.
+    pub listen: Option<ListenV6>,
+    /// `connect(dev, handle, sendComm, sendDevComm)`, non-blocking.
+    pub connect: Option<ConnectV7>,
+    /// `accept(listenComm, recvComm, recvDevComm)`, non-blocking.
+    pub accept: Option<AcceptV7>,
+    /// `regMr` with an `int` size.
+    pub regMr: Option<RegMrV6>,
+    /// `regMrDmaBuf(comm, data, size, type, offset, fd, mhandle)`.
+    pub regMrDmaBuf: Option<RegMrDmaBuf>,
+    /// `deregMr(comm, mhandle)`.
+    pub deregMr: Option<DeregMr>,
+    /// `isend` with an `int` size.
+    pub isend: Option<IsendV6>,
+    /// `irecv` with `int` sizes.
+    pub irecv: Option<IrecvV6>,
+    /// `iflush(recvComm, n, data, sizes, mhandles, request)`.
+    pub iflush: Option<Iflush>,
+    /// `test(request, done, sizes)`.
+    pub test: Option<Test>,
+    /// `closeSend(sendComm)`.
+    pub closeSend: Option<Close>,
+    /// `closeRecv(recvComm)`.
+    pub closeRecv: Option<Close>,
+    /// `closeListen(listenComm)`.
+    pub closeListen: Option<Close>,
+    /// `getDeviceMr(comm, mhandle, dptr_mhandle)` (optional).
+    pub getDeviceMr: Option<GetDeviceMr>,
+    /// `irecvConsumed(recvComm, n, request)` (optional).
+    pub irecvConsumed: Option<IrecvConsumed>,
+}
+assert_layout!(
+    ncclNet_v7_t,
+    size = 152,
+    align = 8,
+    name = 0,
+    init = 8,
+    devices = 16,
+    getProperties = 24,
+    listen = 32,
+    connect = 40,
+    accept = 48,
+    regMr = 56,
+    regMrDmaBuf = 64,
+    deregMr = 72,
+    isend = 80,
+    irecv = 88,
+    iflush = 96,
+    test = 104,
+    closeSend = 112,
+    closeRecv = 120,
+    closeListen = 128,
+    getDeviceMr = 136,
+    irecvConsumed = 144
+);
+table_is_sync!(ncclNet_v7_t);
