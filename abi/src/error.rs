@@ -21,7 +21,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An error with an explicit code.
     pub fn new(code: NcclResult, message: impl Into<Cow<'static, str>>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 
     /// `ncclInternalError`: the plugin hit a state it cannot handle.

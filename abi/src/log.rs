@@ -22,7 +22,10 @@ static MAX_LEVEL: AtomicI32 = AtomicI32::new(LogLevel::WARN.0);
 pub fn set_logger(logger: ncclDebugLogger_t) {
     let raw = logger.map_or(0, |f| f as usize);
     LOGGER.store(raw, Ordering::Release);
-    MAX_LEVEL.store(level_from_env(std::env::var("NCCL_DEBUG").ok().as_deref()).0, Ordering::Relaxed);
+    MAX_LEVEL.store(
+        level_from_env(std::env::var("NCCL_DEBUG").ok().as_deref()).0,
+        Ordering::Relaxed,
+    );
 }
 
 /// Parses an `NCCL_DEBUG` value as NCCL does (case-insensitive; unset ⇒ WARN).
@@ -64,7 +67,13 @@ pub fn enabled(level: LogLevel) -> bool {
 }
 
 /// Emits one message. `file` must be NUL-terminated (the macros pass `concat!(file!(), "\0")`).
-pub fn emit(level: LogLevel, flags: c_ulong, file: &'static str, line: u32, args: fmt::Arguments<'_>) {
+pub fn emit(
+    level: LogLevel,
+    flags: c_ulong,
+    file: &'static str,
+    line: u32,
+    args: fmt::Arguments<'_>,
+) {
     match logger() {
         Some(log) => {
             let text = match args.as_str() {
@@ -77,7 +86,16 @@ pub fn emit(level: LogLevel, flags: c_ulong, file: &'static str, line: u32, args
             let line = c_int::try_from(line).unwrap_or(c_int::MAX);
             // SAFETY: `log` is the host's logger; the format is a literal "%s" whose one
             // argument is a valid NUL-terminated string that outlives the call.
-            unsafe { log(level, flags, file.as_ptr(), line, c"%s".as_ptr(), text.as_ptr()) };
+            unsafe {
+                log(
+                    level,
+                    flags,
+                    file.as_ptr(),
+                    line,
+                    c"%s".as_ptr(),
+                    text.as_ptr(),
+                )
+            };
         }
         None => {
             let file = file.trim_end_matches('\0');

@@ -22,7 +22,9 @@ use std::ptr::NonNull;
 
 use crate::error::{Error, Result};
 use crate::raw::common::ptr;
-use crate::raw::net::{MAX_COLLNET_SIZE, NCCL_NET_HANDLE_MAXSIZE, NCCL_NET_ID_UNDEF, NetDeviceType, ncclNetAttr_v11_t};
+use crate::raw::net::{
+    MAX_COLLNET_SIZE, NCCL_NET_HANDLE_MAXSIZE, NCCL_NET_ID_UNDEF, NetDeviceType, ncclNetAttr_v11_t,
+};
 
 /// What the host told the plugin at its first `init`.
 #[derive(Debug, Clone, Copy)]
@@ -131,12 +133,16 @@ impl NetHandle {
 
     /// A zeroed handle (what the adapters pass to `listen`).
     pub const fn zeroed() -> Self {
-        Self { bytes: [0; NCCL_NET_HANDLE_MAXSIZE] }
+        Self {
+            bytes: [0; NCCL_NET_HANDLE_MAXSIZE],
+        }
     }
 
     /// The plugin's bytes.
     pub fn payload(&self) -> &[u8; Self::PAYLOAD] {
-        self.bytes[..Self::PAYLOAD].try_into().unwrap_or(&[0; Self::PAYLOAD])
+        self.bytes[..Self::PAYLOAD]
+            .try_into()
+            .unwrap_or(&[0; Self::PAYLOAD])
     }
 
     /// The plugin's bytes, writable.
@@ -161,13 +167,18 @@ impl NetHandle {
     /// from the peer can never be mistaken for a pointer.
     pub fn set_pending<T: Send + 'static>(&mut self, state: Box<T>) {
         let raw = Box::into_raw(state) as usize as u64;
-        self.bytes[PENDING_MAGIC_AT..PENDING_PTR_AT].copy_from_slice(&pending_tag::<T>(raw).to_ne_bytes());
+        self.bytes[PENDING_MAGIC_AT..PENDING_PTR_AT]
+            .copy_from_slice(&pending_tag::<T>(raw).to_ne_bytes());
         self.bytes[PENDING_PTR_AT..].copy_from_slice(&raw.to_ne_bytes());
     }
 
     /// Takes the state stored by [`set_pending`](Self::set_pending), if any.
     pub fn take_pending<T: Send + 'static>(&mut self) -> Option<Box<T>> {
-        let tag = u64::from_ne_bytes(self.bytes[PENDING_MAGIC_AT..PENDING_PTR_AT].try_into().ok()?);
+        let tag = u64::from_ne_bytes(
+            self.bytes[PENDING_MAGIC_AT..PENDING_PTR_AT]
+                .try_into()
+                .ok()?,
+        );
         let raw = u64::from_ne_bytes(self.bytes[PENDING_PTR_AT..].try_into().ok()?);
         if raw == 0 || tag != pending_tag::<T>(raw) {
             return None;
@@ -300,7 +311,10 @@ impl Sizes<'_> {
     /// # Safety
     /// `ptr` must be NULL or point to at least as many `int`s as the request has buffers.
     pub unsafe fn from_raw(ptr: *mut c_int) -> Self {
-        Self { ptr, _out: PhantomData }
+        Self {
+            ptr,
+            _out: PhantomData,
+        }
     }
 
     /// Reports the size of buffer `index` (0 for a send); narrows to `int` like NCCL.
@@ -311,10 +325,14 @@ impl Sizes<'_> {
             return Ok(());
         }
         if index >= Self::MAX {
-            return Err(Error::internal(format!("size index {index} beyond NCCL's {} entries", Self::MAX)));
+            return Err(Error::internal(format!(
+                "size index {index} beyond NCCL's {} entries",
+                Self::MAX
+            )));
         }
-        let value = c_int::try_from(size)
-            .map_err(|_| Error::internal(format!("completed size {size} does not fit test()'s int")))?;
+        let value = c_int::try_from(size).map_err(|_| {
+            Error::internal(format!("completed size {size} does not fit test()'s int"))
+        })?;
         // SAFETY: non-NULL and `index` is within the request's buffers (constructor
         // contract), itself at most 64.
         unsafe { self.ptr.add(index).write(value) };
@@ -342,7 +360,12 @@ pub unsafe trait RawHandle: Send + Sized + 'static {
 // out zero-sized `T`, whose dangling pointer could equal the sentinel 1.
 unsafe impl<T: Send + 'static> RawHandle for Box<T> {
     fn into_raw(self) -> NonNull<c_void> {
-        const { assert!(std::mem::size_of::<T>() != 0, "requests must not be zero-sized") };
+        const {
+            assert!(
+                std::mem::size_of::<T>() != 0,
+                "requests must not be zero-sized"
+            )
+        };
         // SAFETY: `Box::into_raw` never returns NULL.
         unsafe { NonNull::new_unchecked(Box::into_raw(self).cast()) }
     }
@@ -399,11 +422,21 @@ pub trait Net: Sized + Send + Sync + 'static {
     }
 
     /// Starts listening on `dev`; fills `handle` (zeroed on entry) for the peer.
-    fn listen(&self, ctx: &Self::Context, dev: usize, handle: &mut NetHandle) -> Result<Self::ListenComm>;
+    fn listen(
+        &self,
+        ctx: &Self::Context,
+        dev: usize,
+        handle: &mut NetHandle,
+    ) -> Result<Self::ListenComm>;
 
     /// Connects to the peer described by `handle`; `Ok(None)` = call again later with
     /// the same handle.
-    fn connect(&self, ctx: &Self::Context, dev: usize, handle: &mut NetHandle) -> Result<Option<Self::SendComm>>;
+    fn connect(
+        &self,
+        ctx: &Self::Context,
+        dev: usize,
+        handle: &mut NetHandle,
+    ) -> Result<Option<Self::SendComm>>;
 
     /// Accepts the next connection; `Ok(None)` = call again later. The result must
     /// not depend on `listen` staying open (NCCL closes it right after).
@@ -413,7 +446,13 @@ pub trait Net: Sized + Send + Sync + 'static {
     fn reg_mr(&self, comm: CommRef<'_, Self>, region: MemRegion) -> Result<Self::Mr>;
 
     /// Registers a dma-buf (only called when [`Net::SUPPORTS_DMABUF`]).
-    fn reg_mr_dmabuf(&self, comm: CommRef<'_, Self>, region: MemRegion, offset: u64, fd: i32) -> Result<Self::Mr> {
+    fn reg_mr_dmabuf(
+        &self,
+        comm: CommRef<'_, Self>,
+        region: MemRegion,
+        offset: u64,
+        fd: i32,
+    ) -> Result<Self::Mr> {
         let _ = (comm, region, offset, fd);
         Err(Error::unsupported("regMrDmaBuf"))
     }
@@ -444,7 +483,11 @@ pub trait Net: Sized + Send + Sync + 'static {
     ) -> Result<Option<Self::Request>>;
 
     /// Makes received GPU data visible; `Ok(None)` = nothing to wait for.
-    fn iflush(&self, comm: &mut Self::RecvComm, bufs: &[RecvBuf<'_, Self::Mr>]) -> Result<Option<Self::Request>> {
+    fn iflush(
+        &self,
+        comm: &mut Self::RecvComm,
+        bufs: &[RecvBuf<'_, Self::Mr>],
+    ) -> Result<Option<Self::Request>> {
         let _ = (comm, bufs);
         Ok(None)
     }

@@ -56,7 +56,11 @@ impl<'a> CostTable<'a> {
     ///
     /// Returns `None` unless `costs.len() == num_algo * num_proto`.
     pub fn new(costs: &'a mut [f32], num_algo: usize, num_proto: usize) -> Option<Self> {
-        (costs.len() == num_algo.checked_mul(num_proto)?).then_some(Self { costs, num_algo, num_proto })
+        (costs.len() == num_algo.checked_mul(num_proto)?).then_some(Self {
+            costs,
+            num_algo,
+            num_proto,
+        })
     }
 
     /// Algorithms in the table (7 today, 6 in NCCL 2.19–2.22).
@@ -70,8 +74,12 @@ impl<'a> CostTable<'a> {
     }
 
     fn index(&self, algo: Algorithm, proto: Protocol) -> Option<usize> {
-        let a = usize::try_from(algo.0).ok().filter(|a| *a < self.num_algo)?;
-        let p = usize::try_from(proto.0).ok().filter(|p| *p < self.num_proto)?;
+        let a = usize::try_from(algo.0)
+            .ok()
+            .filter(|a| *a < self.num_algo)?;
+        let p = usize::try_from(proto.0)
+            .ok()
+            .filter(|p| *p < self.num_proto)?;
         Some(a * self.num_proto + p)
     }
 
@@ -145,7 +153,12 @@ pub trait Tuner: Sized + Send + Sync + 'static {
     fn init(args: TunerInit<'_>) -> Result<Self>;
 
     /// Adjusts the cost table for one collective; may set `n_channels` (0 = keep NCCL's).
-    fn get_coll_info(&self, info: &CollInfo, table: &mut CostTable<'_>, n_channels: &mut i32) -> Result<()>;
+    fn get_coll_info(
+        &self,
+        info: &CollInfo,
+        table: &mut CostTable<'_>,
+        n_channels: &mut i32,
+    ) -> Result<()>;
 
     /// Rewrites the chunk size NCCL computed for the chosen algorithm/protocol (v6).
     fn get_chunk_size(

@@ -30,7 +30,12 @@ fn install_hook() {
         std::panic::set_hook(Box::new(move |info| {
             if IN_GUARD.with(Cell::get) > 0 {
                 let text = match info.location() {
-                    Some(loc) => format!("{} at {}:{}", payload_text(info.payload()), loc.file(), loc.line()),
+                    Some(loc) => format!(
+                        "{} at {}:{}",
+                        payload_text(info.payload()),
+                        loc.file(),
+                        loc.line()
+                    ),
                     None => payload_text(info.payload()),
                 };
                 if let Ok(mut last) = LAST_PANIC.lock() {
@@ -69,8 +74,11 @@ pub fn guard(entry: &'static str, body: impl FnOnce() -> Result<()>) -> NcclResu
         }
         Err(payload) => {
             let me = std::thread::current().id();
-            let recorded =
-                LAST_PANIC.lock().ok().and_then(|mut last| last.take_if(|(tid, _)| *tid == me)).map(|(_, text)| text);
+            let recorded = LAST_PANIC
+                .lock()
+                .ok()
+                .and_then(|mut last| last.take_if(|(tid, _)| *tid == me))
+                .map(|(_, text)| text);
             let text = recorded.unwrap_or_else(|| payload_text(payload.as_ref()));
             crate::nccl_warn!("{entry}: plugin panicked: {text}; returning ncclInternalError");
             NcclResult::INTERNAL_ERROR

@@ -19,11 +19,20 @@ pub struct ncclCollNet_v6_t {
     /// `devices(ndev)`; 0 disables CollNet (the rest may then be NULL).
     pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
     /// `getProperties(dev, props)`.
-    pub getProperties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut crate::raw::net::v6::ncclNetProperties_v6_t) -> NcclResult>,
+    pub getProperties: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut crate::raw::net::v6::ncclNetProperties_v6_t,
+        ) -> NcclResult,
+    >,
     /// `listen(dev, handle, listenComm)`.
-    pub listen:
-        Option<unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listenComm: *mut *mut c_void) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            listenComm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
     /// `connect(handles, nranks, rank, listenComm, collComm)`.
     pub connect: Option<
         unsafe extern "C" fn(
@@ -35,8 +44,9 @@ pub struct ncclCollNet_v6_t {
         ) -> NcclResult,
     >,
     /// `reduceSupport(dataType, redOp, supported)`.
-    pub reduceSupport:
-        Option<unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult>,
+    pub reduceSupport: Option<
+        unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult,
+    >,
     /// `regMr` with an `int` size.
     pub regMr: Option<
         unsafe extern "C" fn(
@@ -60,7 +70,8 @@ pub struct ncclCollNet_v6_t {
         ) -> NcclResult,
     >,
     /// `deregMr(collComm, mhandle)`.
-    pub deregMr: Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub deregMr:
+        Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
     /// `iallreduce(…)` with a `int` count.
     pub iallreduce: Option<
         unsafe extern "C" fn(
@@ -86,7 +97,13 @@ pub struct ncclCollNet_v6_t {
         ) -> NcclResult,
     >,
     /// `test(request, done, size)`.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, size: *mut c_int) -> NcclResult>,
+    pub test: Option<
+        unsafe extern "C" fn(
+            request: *mut c_void,
+            done: *mut c_int,
+            size: *mut c_int,
+        ) -> NcclResult,
+    >,
     /// `closeColl(collComm)`.
     pub closeColl: Option<unsafe extern "C" fn(collComm: *mut c_void) -> NcclResult>,
     /// `closeListen(listenComm)`.
@@ -125,11 +142,20 @@ pub struct ncclCollNet_v7_t {
     /// `devices(ndev)`; 0 disables CollNet (the rest may then be NULL).
     pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
     /// `getProperties(dev, props)`.
-    pub getProperties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut crate::raw::net::v7::ncclNetProperties_v7_t) -> NcclResult>,
+    pub getProperties: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut crate::raw::net::v7::ncclNetProperties_v7_t,
+        ) -> NcclResult,
+    >,
     /// `listen(dev, handle, listenComm)`.
-    pub listen:
-        Option<unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listenComm: *mut *mut c_void) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            listenComm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
     /// `connect(handles, nranks, rank, listenComm, collComm)`.
     pub connect: Option<
         unsafe extern "C" fn(
@@ -141,8 +167,9 @@ pub struct ncclCollNet_v7_t {
         ) -> NcclResult,
     >,
     /// `reduceSupport(dataType, redOp, supported)`.
-    pub reduceSupport:
-        Option<unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult>,
+    pub reduceSupport: Option<
+        unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult,
+    >,
     /// `regMr` with an `int` size.
     pub regMr: Option<
         unsafe extern "C" fn(
@@ -166,7 +193,8 @@ pub struct ncclCollNet_v7_t {
         ) -> NcclResult,
     >,
     /// `deregMr(collComm, mhandle)`.
-    pub deregMr: Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub deregMr:
+        Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
     /// `iallreduce(…)` with a `int` count.
     pub iallreduce: Option<
         unsafe extern "C" fn(
@@ -192,7 +220,13 @@ pub struct ncclCollNet_v7_t {
         ) -> NcclResult,
     >,
     /// `test(request, done, size)`.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, size: *mut c_int) -> NcclResult>,
+    pub test: Option<
+        unsafe extern "C" fn(
+            request: *mut c_void,
+            done: *mut c_int,
+            size: *mut c_int,
+        ) -> NcclResult,
+    >,
     /// `closeColl(collComm)`.
     pub closeColl: Option<unsafe extern "C" fn(collComm: *mut c_void) -> NcclResult>,
     /// `closeListen(listenComm)`.
@@ -231,11 +265,20 @@ pub struct ncclCollNet_v8_t {
     /// `devices(ndev)`; 0 disables CollNet (the rest may then be NULL).
     pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
     /// `getProperties(dev, props)`.
-    pub getProperties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut crate::raw::net::v8::ncclNetProperties_v8_t) -> NcclResult>,
+    pub getProperties: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut crate::raw::net::v8::ncclNetProperties_v8_t,
+        ) -> NcclResult,
+    >,
     /// `listen(dev, handle, listenComm)`.
-    pub listen:
-        Option<unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listenComm: *mut *mut c_void) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            listenComm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
     /// `connect(handles, nranks, rank, listenComm, collComm)`.
     pub connect: Option<
         unsafe extern "C" fn(
@@ -247,8 +290,9 @@ pub struct ncclCollNet_v8_t {
         ) -> NcclResult,
     >,
     /// `reduceSupport(dataType, redOp, supported)`.
-    pub reduceSupport:
-        Option<unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult>,
+    pub reduceSupport: Option<
+        unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult,
+    >,
     /// `regMr(collComm, data, size, type, mhandle)`.
     pub regMr: Option<
         unsafe extern "C" fn(
@@ -272,7 +316,8 @@ pub struct ncclCollNet_v8_t {
         ) -> NcclResult,
     >,
     /// `deregMr(collComm, mhandle)`.
-    pub deregMr: Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub deregMr:
+        Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
     /// `iallreduce(…)` with a `int` count.
     pub iallreduce: Option<
         unsafe extern "C" fn(
@@ -328,7 +373,13 @@ pub struct ncclCollNet_v8_t {
         ) -> NcclResult,
     >,
     /// `test(request, done, size)`.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, size: *mut c_int) -> NcclResult>,
+    pub test: Option<
+        unsafe extern "C" fn(
+            request: *mut c_void,
+            done: *mut c_int,
+            size: *mut c_int,
+        ) -> NcclResult,
+    >,
     /// `closeColl(collComm)`.
     pub closeColl: Option<unsafe extern "C" fn(collComm: *mut c_void) -> NcclResult>,
     /// `closeListen(listenComm)`.
@@ -369,11 +420,20 @@ pub struct ncclCollNet_v9_t {
     /// `devices(ndev)`; 0 disables CollNet (the rest may then be NULL).
     pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
     /// `getProperties(dev, props)`.
-    pub getProperties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut crate::raw::net::v9::ncclNetProperties_v9_t) -> NcclResult>,
+    pub getProperties: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut crate::raw::net::v9::ncclNetProperties_v9_t,
+        ) -> NcclResult,
+    >,
     /// `listen(dev, handle, listenComm)`.
-    pub listen:
-        Option<unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listenComm: *mut *mut c_void) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            listenComm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
     /// `connect(handles, nranks, rank, listenComm, collComm)`.
     pub connect: Option<
         unsafe extern "C" fn(
@@ -385,8 +445,9 @@ pub struct ncclCollNet_v9_t {
         ) -> NcclResult,
     >,
     /// `reduceSupport(dataType, redOp, supported)`.
-    pub reduceSupport:
-        Option<unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult>,
+    pub reduceSupport: Option<
+        unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult,
+    >,
     /// `regMr(collComm, data, size, type, mhandle)`.
     pub regMr: Option<
         unsafe extern "C" fn(
@@ -410,7 +471,8 @@ pub struct ncclCollNet_v9_t {
         ) -> NcclResult,
     >,
     /// `deregMr(collComm, mhandle)`.
-    pub deregMr: Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub deregMr:
+        Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
     /// `iallreduce(…)` with a `size_t` count.
     pub iallreduce: Option<
         unsafe extern "C" fn(
@@ -466,14 +528,23 @@ pub struct ncclCollNet_v9_t {
         ) -> NcclResult,
     >,
     /// `test(request, done, size)`.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, size: *mut c_int) -> NcclResult>,
+    pub test: Option<
+        unsafe extern "C" fn(
+            request: *mut c_void,
+            done: *mut c_int,
+            size: *mut c_int,
+        ) -> NcclResult,
+    >,
     /// `closeColl(collComm)`.
     pub closeColl: Option<unsafe extern "C" fn(collComm: *mut c_void) -> NcclResult>,
     /// `closeListen(listenComm)`.
     pub closeListen: Option<unsafe extern "C" fn(listenComm: *mut c_void) -> NcclResult>,
     /// `makeVDevice(d, props)` (optional).
     pub makeVDevice: Option<
-        unsafe extern "C" fn(d: *mut c_int, props: *mut crate::raw::net::ncclNetVDeviceProps_v9_t) -> NcclResult,
+        unsafe extern "C" fn(
+            d: *mut c_int,
+            props: *mut crate::raw::net::ncclNetVDeviceProps_v9_t,
+        ) -> NcclResult,
     >,
 }
 assert_layout!(
@@ -512,11 +583,20 @@ pub struct ncclCollNet_v10_t {
     /// `devices(ndev)`; 0 disables CollNet (the rest may then be NULL).
     pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
     /// `getProperties(dev, props)`.
-    pub getProperties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut crate::raw::net::v9::ncclNetProperties_v9_t) -> NcclResult>,
+    pub getProperties: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut crate::raw::net::v9::ncclNetProperties_v9_t,
+        ) -> NcclResult,
+    >,
     /// `listen(dev, handle, listenComm)`.
-    pub listen:
-        Option<unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listenComm: *mut *mut c_void) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            listenComm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
     /// `connect(handles, nranks, rank, listenComm, collComm)`.
     pub connect: Option<
         unsafe extern "C" fn(
@@ -528,8 +608,9 @@ pub struct ncclCollNet_v10_t {
         ) -> NcclResult,
     >,
     /// `reduceSupport(dataType, redOp, supported)`.
-    pub reduceSupport:
-        Option<unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult>,
+    pub reduceSupport: Option<
+        unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult,
+    >,
     /// `regMr(collComm, data, size, type, mhandle)`.
     pub regMr: Option<
         unsafe extern "C" fn(
@@ -553,7 +634,8 @@ pub struct ncclCollNet_v10_t {
         ) -> NcclResult,
     >,
     /// `deregMr(collComm, mhandle)`.
-    pub deregMr: Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub deregMr:
+        Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
     /// `iallreduce(…)` with a `size_t` count.
     pub iallreduce: Option<
         unsafe extern "C" fn(
@@ -609,14 +691,23 @@ pub struct ncclCollNet_v10_t {
         ) -> NcclResult,
     >,
     /// `test(request, done, size)`.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, size: *mut c_int) -> NcclResult>,
+    pub test: Option<
+        unsafe extern "C" fn(
+            request: *mut c_void,
+            done: *mut c_int,
+            size: *mut c_int,
+        ) -> NcclResult,
+    >,
     /// `closeColl(collComm)`.
     pub closeColl: Option<unsafe extern "C" fn(collComm: *mut c_void) -> NcclResult>,
     /// `closeListen(listenComm)`.
     pub closeListen: Option<unsafe extern "C" fn(listenComm: *mut c_void) -> NcclResult>,
     /// `makeVDevice(d, props)` (optional).
     pub makeVDevice: Option<
-        unsafe extern "C" fn(d: *mut c_int, props: *mut crate::raw::net::ncclNetVDeviceProps_v9_t) -> NcclResult,
+        unsafe extern "C" fn(
+            d: *mut c_int,
+            props: *mut crate::raw::net::ncclNetVDeviceProps_v9_t,
+        ) -> NcclResult,
     >,
 }
 assert_layout!(
@@ -651,13 +742,21 @@ pub struct ncclCollNet_v11_t {
     /// Plugin name (data).
     pub name: *const c_char,
     /// `init(ctx, commId, logFunction)`.
-    pub init:
-        Option<unsafe extern "C" fn(ctx: *mut *mut c_void, commId: u64, logFunction: ncclDebugLogger_t) -> NcclResult>,
+    pub init: Option<
+        unsafe extern "C" fn(
+            ctx: *mut *mut c_void,
+            commId: u64,
+            logFunction: ncclDebugLogger_t,
+        ) -> NcclResult,
+    >,
     /// `devices(ndev)`; 0 disables CollNet (the rest may then be NULL).
     pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
     /// `getProperties(dev, props)`.
     pub getProperties: Option<
-        unsafe extern "C" fn(dev: c_int, props: *mut crate::raw::net::v11::ncclNetProperties_v11_t) -> NcclResult,
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut crate::raw::net::v11::ncclNetProperties_v11_t,
+        ) -> NcclResult,
     >,
     /// `listen(ctx, dev, handle, listenComm)`.
     pub listen: Option<
@@ -679,8 +778,9 @@ pub struct ncclCollNet_v11_t {
         ) -> NcclResult,
     >,
     /// `reduceSupport(dataType, redOp, supported)`.
-    pub reduceSupport:
-        Option<unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult>,
+    pub reduceSupport: Option<
+        unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult,
+    >,
     /// `regMr(collComm, data, size, type, mhandle)`.
     pub regMr: Option<
         unsafe extern "C" fn(
@@ -704,7 +804,8 @@ pub struct ncclCollNet_v11_t {
         ) -> NcclResult,
     >,
     /// `deregMr(collComm, mhandle)`.
-    pub deregMr: Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub deregMr:
+        Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
     /// `iallreduce(…)` with a `size_t` count.
     pub iallreduce: Option<
         unsafe extern "C" fn(
@@ -760,14 +861,23 @@ pub struct ncclCollNet_v11_t {
         ) -> NcclResult,
     >,
     /// `test(request, done, size)`.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, size: *mut c_int) -> NcclResult>,
+    pub test: Option<
+        unsafe extern "C" fn(
+            request: *mut c_void,
+            done: *mut c_int,
+            size: *mut c_int,
+        ) -> NcclResult,
+    >,
     /// `closeColl(collComm)`.
     pub closeColl: Option<unsafe extern "C" fn(collComm: *mut c_void) -> NcclResult>,
     /// `closeListen(listenComm)`.
     pub closeListen: Option<unsafe extern "C" fn(listenComm: *mut c_void) -> NcclResult>,
     /// `makeVDevice(d, props)` (optional).
     pub makeVDevice: Option<
-        unsafe extern "C" fn(d: *mut c_int, props: *mut crate::raw::net::ncclNetVDeviceProps_v9_t) -> NcclResult,
+        unsafe extern "C" fn(
+            d: *mut c_int,
+            props: *mut crate::raw::net::ncclNetVDeviceProps_v9_t,
+        ) -> NcclResult,
     >,
     /// `finalize(ctx)`.
     pub finalize: Option<unsafe extern "C" fn(ctx: *mut c_void) -> NcclResult>,
@@ -805,13 +915,21 @@ pub struct ncclCollNet_v12_t {
     /// Plugin name (data).
     pub name: *const c_char,
     /// `init(ctx, commId, logFunction)`.
-    pub init:
-        Option<unsafe extern "C" fn(ctx: *mut *mut c_void, commId: u64, logFunction: ncclDebugLogger_t) -> NcclResult>,
+    pub init: Option<
+        unsafe extern "C" fn(
+            ctx: *mut *mut c_void,
+            commId: u64,
+            logFunction: ncclDebugLogger_t,
+        ) -> NcclResult,
+    >,
     /// `devices(ndev)`; 0 disables CollNet (the rest may then be NULL).
     pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
     /// `getProperties(dev, props)`.
     pub getProperties: Option<
-        unsafe extern "C" fn(dev: c_int, props: *mut crate::raw::net::v12::ncclNetProperties_v12_t) -> NcclResult,
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut crate::raw::net::v12::ncclNetProperties_v12_t,
+        ) -> NcclResult,
     >,
     /// `listen(ctx, dev, handle, listenComm)`.
     pub listen: Option<
@@ -833,8 +951,9 @@ pub struct ncclCollNet_v12_t {
         ) -> NcclResult,
     >,
     /// `reduceSupport(dataType, redOp, supported)`.
-    pub reduceSupport:
-        Option<unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult>,
+    pub reduceSupport: Option<
+        unsafe extern "C" fn(dataType: DataType, redOp: RedOp, supported: *mut c_int) -> NcclResult,
+    >,
     /// `regMr(collComm, data, size, type, mhandle)`.
     pub regMr: Option<
         unsafe extern "C" fn(
@@ -858,7 +977,8 @@ pub struct ncclCollNet_v12_t {
         ) -> NcclResult,
     >,
     /// `deregMr(collComm, mhandle)`.
-    pub deregMr: Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub deregMr:
+        Option<unsafe extern "C" fn(collComm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
     /// `iallreduce(…)` with a `size_t` count.
     pub iallreduce: Option<
         unsafe extern "C" fn(
@@ -914,14 +1034,23 @@ pub struct ncclCollNet_v12_t {
         ) -> NcclResult,
     >,
     /// `test(request, done, size)`.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, size: *mut c_int) -> NcclResult>,
+    pub test: Option<
+        unsafe extern "C" fn(
+            request: *mut c_void,
+            done: *mut c_int,
+            size: *mut c_int,
+        ) -> NcclResult,
+    >,
     /// `closeColl(collComm)`.
     pub closeColl: Option<unsafe extern "C" fn(collComm: *mut c_void) -> NcclResult>,
     /// `closeListen(listenComm)`.
     pub closeListen: Option<unsafe extern "C" fn(listenComm: *mut c_void) -> NcclResult>,
     /// `makeVDevice(d, props)` (optional).
     pub makeVDevice: Option<
-        unsafe extern "C" fn(d: *mut c_int, props: *mut crate::raw::net::ncclNetVDeviceProps_v12_t) -> NcclResult,
+        unsafe extern "C" fn(
+            d: *mut c_int,
+            props: *mut crate::raw::net::ncclNetVDeviceProps_v12_t,
+        ) -> NcclResult,
     >,
     /// `finalize(ctx)`.
     pub finalize: Option<unsafe extern "C" fn(ctx: *mut c_void) -> NcclResult>,

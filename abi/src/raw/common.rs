@@ -175,7 +175,14 @@ pub mod subsys {
 /// Stable Rust can call it (plugins pass a preformatted message with `"%s"`), but
 /// cannot define one; the host side uses a small C shim.
 pub type ncclDebugLogger_t = Option<
-    unsafe extern "C" fn(level: LogLevel, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...),
+    unsafe extern "C" fn(
+        level: LogLevel,
+        flags: c_ulong,
+        file: *const c_char,
+        line: c_int,
+        fmt: *const c_char,
+        ...
+    ),
 >;
 
 /// `ncclProfilerCallback_t` handed to net plugins from v10 (NCCL_ABI.md §1.3).

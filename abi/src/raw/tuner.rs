@@ -8,7 +8,9 @@ use core::ffi::{c_char, c_int, c_void};
 
 use super::common::NCCL_NUM_TUNING_SCALES;
 use super::common::{Func, NcclResult, ncclDebugLogger_t};
-use super::common::{NCCL_NUM_ALGORITHMS, NCCL_NUM_COMPCAPS, NCCL_NUM_HW_LINKS, NCCL_NUM_PROTOCOLS};
+use super::common::{
+    NCCL_NUM_ALGORITHMS, NCCL_NUM_COMPCAPS, NCCL_NUM_HW_LINKS, NCCL_NUM_PROTOCOLS,
+};
 use super::{assert_layout, table_is_sync};
 
 /// `ncclNvlDomainInfo_v5_t` (= v6), 12 bytes.
@@ -142,7 +144,13 @@ pub struct ncclTuner_v1_t {
     /// Tuner name (data).
     pub name: *const c_char,
     /// `init(nRanks, nNodes, logFunction)`.
-    pub init: Option<unsafe extern "C" fn(nRanks: usize, nNodes: usize, logFunction: ncclDebugLogger_t) -> NcclResult>,
+    pub init: Option<
+        unsafe extern "C" fn(
+            nRanks: usize,
+            nNodes: usize,
+            logFunction: ncclDebugLogger_t,
+        ) -> NcclResult,
+    >,
     /// `getCollInfo(collType, nBytes, collNetSupport, nvlsSupport, numPipeOps, algorithm, protocol, nChannels)`.
     pub getCollInfo: Option<
         unsafe extern "C" fn(
@@ -159,7 +167,15 @@ pub struct ncclTuner_v1_t {
     /// `destroy()`.
     pub destroy: Option<unsafe extern "C" fn() -> NcclResult>,
 }
-assert_layout!(ncclTuner_v1_t, size = 32, align = 8, name = 0, init = 8, getCollInfo = 16, destroy = 24);
+assert_layout!(
+    ncclTuner_v1_t,
+    size = 32,
+    align = 8,
+    name = 0,
+    init = 8,
+    getCollInfo = 16,
+    destroy = 24
+);
 
 /// `ncclTuner_v2_t` (NCCL 2.21): the plugin returns algorithm/protocol. 32 bytes.
 #[repr(C)]
@@ -186,7 +202,15 @@ pub struct ncclTuner_v2_t {
     /// `destroy(context)`.
     pub destroy: Option<Finalize>,
 }
-assert_layout!(ncclTuner_v2_t, size = 32, align = 8, name = 0, init = 8, getCollInfo = 16, destroy = 24);
+assert_layout!(
+    ncclTuner_v2_t,
+    size = 32,
+    align = 8,
+    name = 0,
+    init = 8,
+    getCollInfo = 16,
+    destroy = 24
+);
 
 /// `ncclTuner_v3_t` (NCCL 2.22–2.23): the plugin edits a cost table. 32 bytes.
 #[repr(C)]
@@ -201,7 +225,15 @@ pub struct ncclTuner_v3_t {
     /// `destroy(context)`.
     pub destroy: Option<Finalize>,
 }
-assert_layout!(ncclTuner_v3_t, size = 32, align = 8, name = 0, init = 8, getCollInfo = 16, destroy = 24);
+assert_layout!(
+    ncclTuner_v3_t,
+    size = 32,
+    align = 8,
+    name = 0,
+    init = 8,
+    getCollInfo = 16,
+    destroy = 24
+);
 
 /// `ncclTuner_v4_t` (NCCL 2.24–2.27): v3 plus `regBuff`. 32 bytes.
 #[repr(C)]
@@ -216,7 +248,15 @@ pub struct ncclTuner_v4_t {
     /// `destroy(context)`.
     pub destroy: Option<Finalize>,
 }
-assert_layout!(ncclTuner_v4_t, size = 32, align = 8, name = 0, init = 8, getCollInfo = 16, destroy = 24);
+assert_layout!(
+    ncclTuner_v4_t,
+    size = 32,
+    align = 8,
+    name = 0,
+    init = 8,
+    getCollInfo = 16,
+    destroy = 24
+);
 
 /// `ncclTuner_v5_t` (NCCL 2.28–2.29): context-first init with constants. 32 bytes.
 #[repr(C)]
@@ -231,7 +271,15 @@ pub struct ncclTuner_v5_t {
     /// `finalize(context)`.
     pub finalize: Option<Finalize>,
 }
-assert_layout!(ncclTuner_v5_t, size = 32, align = 8, name = 0, init = 8, getCollInfo = 16, finalize = 24);
+assert_layout!(
+    ncclTuner_v5_t,
+    size = 32,
+    align = 8,
+    name = 0,
+    init = 8,
+    getCollInfo = 16,
+    finalize = 24
+);
 
 /// `getChunkSize(context, collType, nBytes, algo, proto, nChannels, chunkSize)` (v6).
 pub type GetChunkSize = unsafe extern "C" fn(
@@ -270,7 +318,14 @@ assert_layout!(
     getChunkSize = 32
 );
 
-table_is_sync!(ncclTuner_v1_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t);
+table_is_sync!(
+    ncclTuner_v1_t,
+    ncclTuner_v2_t,
+    ncclTuner_v3_t,
+    ncclTuner_v4_t,
+    ncclTuner_v5_t,
+    ncclTuner_v6_t
+);
 
 /// Every tuner ABI version, newest first (NCCL 2.30 tries v6 … v2; v1 only 2.19–2.20).
 pub const VERSIONS: [u32; 6] = [6, 5, 4, 3, 2, 1];

@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cclkit_abi::net::{Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes};
+use cclkit_abi::net::{
+    Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
+};
 use cclkit_abi::raw::common::{ptr, subsys};
 use cclkit_abi::{Error, Result, export_net, nccl_info, nccl_warn};
 
@@ -52,7 +54,9 @@ fn read_handle(handle: &NetHandle) -> Result<(u64, SocketAddr)> {
         4 => IpAddr::from(<[u8; 4]>::try_from(&p[9..13]).map_err(|_| Error::internal("handle"))?),
         6 => IpAddr::from(<[u8; 16]>::try_from(&p[9..25]).map_err(|_| Error::internal("handle"))?),
         f => {
-            return Err(Error::invalid_argument(format!("bad handle: address family byte {f}")));
+            return Err(Error::invalid_argument(format!(
+                "bad handle: address family byte {f}"
+            )));
         }
     };
     Ok((magic, SocketAddr::new(ip, port)))
@@ -75,7 +79,10 @@ const FAILED: u64 = 1 << 62;
 
 impl ReqState {
     fn new() -> Arc<Self> {
-        Arc::new(Self { word: AtomicU64::new(0), error: Mutex::new(None) })
+        Arc::new(Self {
+            word: AtomicU64::new(0),
+            error: Mutex::new(None),
+        })
     }
     fn finish(&self, result: std::result::Result<usize, String>) {
         match result {
@@ -126,7 +133,11 @@ fn spawn(stream: &TcpStream, name: &str, work: fn(&mut TcpStream, Receiver<Job>)
         .spawn(move || work(&mut io, rx))
         .map_err(|e| Error::io("spawn helper thread", e))?;
     let stream = stream.try_clone().map_err(|e| Error::io("dup socket", e))?;
-    Ok(Conn { jobs: Some(tx), stream, worker: Some(worker) })
+    Ok(Conn {
+        jobs: Some(tx),
+        stream,
+        worker: Some(worker),
+    })
 }
 
 fn send_loop(stream: &mut TcpStream, jobs: Receiver<Job>) {
@@ -149,15 +160,24 @@ fn send_loop(stream: &mut TcpStream, jobs: Receiver<Job>) {
 fn recv_loop(stream: &mut TcpStream, jobs: Receiver<Job>) {
     for job in jobs {
         let mut header = [0u8; 8];
-        let result = stream.read_exact(&mut header).map_err(|e| format!("peer closed or failed: {e}")).and_then(|()| {
-            let size = u64::from_le_bytes(header) as usize;
-            if size > job.buf.len() {
-                return Err(format!("message truncated: peer sent {size} bytes, receive posted {}", job.buf.len()));
-            }
-            // SAFETY: NCCL keeps the buffer valid and untouched until this request completes.
-            let dst = unsafe { job.buf.as_mut_slice() };
-            stream.read_exact(&mut dst[..size]).map(|()| size).map_err(|e| format!("peer failed mid-message: {e}"))
-        });
+        let result = stream
+            .read_exact(&mut header)
+            .map_err(|e| format!("peer closed or failed: {e}"))
+            .and_then(|()| {
+                let size = u64::from_le_bytes(header) as usize;
+                if size > job.buf.len() {
+                    return Err(format!(
+                        "message truncated: peer sent {size} bytes, receive posted {}",
+                        job.buf.len()
+                    ));
+                }
+                // SAFETY: NCCL keeps the buffer valid and untouched until this request completes.
+                let dst = unsafe { job.buf.as_mut_slice() };
+                stream
+                    .read_exact(&mut dst[..size])
+                    .map(|()| size)
+                    .map_err(|e| format!("peer failed mid-message: {e}"))
+            });
         let failed = result.is_err();
         job.state.finish(result);
         if failed {
@@ -180,12 +200,15 @@ impl Net for TemplateNet {
 
     fn init(_: &InitArgs) -> Result<Self> {
         let ip = match std::env::var("CCLKIT_TEMPLATE_IP") {
-            Ok(s) => s
-                .parse()
-                .map_err(|_| Error::invalid_argument(format!("CCLKIT_TEMPLATE_IP={s} is not an IP address")))?,
+            Ok(s) => s.parse().map_err(|_| {
+                Error::invalid_argument(format!("CCLKIT_TEMPLATE_IP={s} is not an IP address"))
+            })?,
             Err(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
         };
-        nccl_info!(subsys::NET | subsys::INIT, "template net: one device on {ip}");
+        nccl_info!(
+            subsys::NET | subsys::INIT,
+            "template net: one device on {ip}"
+        );
         Ok(Self { ip })
     }
 
@@ -194,7 +217,10 @@ impl Net for TemplateNet {
     }
 
     fn properties(&self, _dev: usize) -> Result<Properties> {
-        Ok(Properties { name: format!("template-{}", self.ip), ..Properties::host("template") })
+        Ok(Properties {
+            name: format!("template-{}", self.ip),
+            ..Properties::host("template")
+        })
     }
 
     fn open_context(&self, _comm_id: u64, _config: CommConfig) -> Result<()> {
@@ -203,9 +229,17 @@ impl Net for TemplateNet {
 
     fn listen(&self, _: &(), _dev: usize, handle: &mut NetHandle) -> Result<Listen> {
         let listener = TcpListener::bind((self.ip, 0)).map_err(|e| Error::io("bind", e))?;
-        listener.set_nonblocking(true).map_err(|e| Error::io("set_nonblocking", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("set_nonblocking", e))?;
         let magic = random_magic();
-        write_handle(handle, magic, listener.local_addr().map_err(|e| Error::io("local_addr", e))?);
+        write_handle(
+            handle,
+            magic,
+            listener
+                .local_addr()
+                .map_err(|e| Error::io("local_addr", e))?,
+        );
         Ok(Listen { listener, magic })
     }
 
@@ -217,11 +251,13 @@ impl Net for TemplateNet {
                 let (magic, addr) = read_handle(handle)?;
                 let (tx, rx) = channel();
                 std::thread::spawn(move || {
-                    let r = TcpStream::connect_timeout(&addr, Duration::from_secs(30)).and_then(|mut s| {
-                        s.set_nodelay(true)?;
-                        s.write_all(&magic.to_le_bytes())?;
-                        Ok(s)
-                    });
+                    let r = TcpStream::connect_timeout(&addr, Duration::from_secs(30)).and_then(
+                        |mut s| {
+                            s.set_nodelay(true)?;
+                            s.write_all(&magic.to_le_bytes())?;
+                            Ok(s)
+                        },
+                    );
                     let _ = tx.send(r);
                 });
                 Box::new(PendingConnect(rx))
@@ -244,42 +280,71 @@ impl Net for TemplateNet {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) => return Err(Error::io("accept", e)),
         };
-        stream.set_nonblocking(false).map_err(|e| Error::io("set_nonblocking", e))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| Error::io("set_read_timeout", e))?;
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| Error::io("set_nonblocking", e))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| Error::io("set_read_timeout", e))?;
         let mut magic = [0u8; 8];
         if stream.read_exact(&mut magic).is_err() || u64::from_le_bytes(magic) != listen.magic {
             nccl_warn!("template net: dropped a connection from {peer} without the listen magic");
             return Ok(None);
         }
-        stream.set_read_timeout(None).map_err(|e| Error::io("set_read_timeout", e))?;
-        stream.set_nodelay(true).map_err(|e| Error::io("set_nodelay", e))?;
+        stream
+            .set_read_timeout(None)
+            .map_err(|e| Error::io("set_read_timeout", e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::io("set_nodelay", e))?;
         Ok(Some(spawn(&stream, "template-recv", recv_loop)?))
     }
 
     fn reg_mr(&self, _comm: CommRef<'_, Self>, region: MemRegion) -> Result<()> {
         if region.kind != ptr::HOST {
-            return Err(Error::internal(format!("template net registers host memory only (type {})", region.kind)));
+            return Err(Error::internal(format!(
+                "template net registers host memory only (type {})",
+                region.kind
+            )));
         }
         Ok(())
     }
 
-    fn isend(&self, comm: &mut Conn, buf: Buf, _tag: i32, _mr: Option<&()>) -> Result<Option<Box<Request>>> {
+    fn isend(
+        &self,
+        comm: &mut Conn,
+        buf: Buf,
+        _tag: i32,
+        _mr: Option<&()>,
+    ) -> Result<Option<Box<Request>>> {
         post(comm, buf)
     }
 
-    fn irecv(&self, comm: &mut Conn, bufs: &[RecvBuf<'_, ()>], _optional: bool) -> Result<Option<Box<Request>>> {
+    fn irecv(
+        &self,
+        comm: &mut Conn,
+        bufs: &[RecvBuf<'_, ()>],
+        _optional: bool,
+    ) -> Result<Option<Box<Request>>> {
         match bufs {
             [one] => post(comm, one.buf),
-            _ => {
-                Err(Error::invalid_argument(format!("template net receives one buffer at a time, got {}", bufs.len())))
-            }
+            _ => Err(Error::invalid_argument(format!(
+                "template net receives one buffer at a time, got {}",
+                bufs.len()
+            ))),
         }
     }
 
     fn test(request: &mut Box<Request>, sizes: &mut Sizes<'_>) -> Result<bool> {
         let word = request.0.word.load(Ordering::Acquire);
         if word & FAILED != 0 {
-            let msg = request.0.error.lock().ok().and_then(|e| e.clone()).unwrap_or_default();
+            let msg = request
+                .0
+                .error
+                .lock()
+                .ok()
+                .and_then(|e| e.clone())
+                .unwrap_or_default();
             return Err(Error::remote(msg));
         }
         if word & DONE == 0 {
@@ -292,16 +357,26 @@ impl Net for TemplateNet {
 
 fn post(comm: &mut Conn, buf: Buf) -> Result<Option<Box<Request>>> {
     let state = ReqState::new();
-    let jobs = comm.jobs.as_ref().ok_or_else(|| Error::invalid_usage("connection closed"))?;
-    jobs.send(Job { buf, state: Arc::clone(&state) })
-        .map_err(|_| Error::remote("connection failed earlier; no more transfers"))?;
+    let jobs = comm
+        .jobs
+        .as_ref()
+        .ok_or_else(|| Error::invalid_usage("connection closed"))?;
+    jobs.send(Job {
+        buf,
+        state: Arc::clone(&state),
+    })
+    .map_err(|_| Error::remote("connection failed earlier; no more transfers"))?;
     Ok(Some(Box::new(Request(state))))
 }
 
 fn random_magic() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.finish()
 }
 

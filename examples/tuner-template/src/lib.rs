@@ -20,7 +20,10 @@ pub struct TemplateTuner {
 
 fn env_number(name: &str, default: usize) -> Result<usize> {
     match std::env::var(name) {
-        Ok(v) => v.trim().parse().map_err(|_| Error::invalid_argument(format!("{name}={v} is not a number"))),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| Error::invalid_argument(format!("{name}={v} is not a number"))),
         Err(_) => Ok(default),
     }
 }
@@ -38,10 +41,18 @@ impl Tuner for TemplateTuner {
             args.n_ranks,
             args.n_nodes
         );
-        Ok(Self { threshold, channels })
+        Ok(Self {
+            threshold,
+            channels,
+        })
     }
 
-    fn get_coll_info(&self, info: &CollInfo, table: &mut CostTable<'_>, n_channels: &mut i32) -> Result<()> {
+    fn get_coll_info(
+        &self,
+        info: &CollInfo,
+        table: &mut CostTable<'_>,
+        n_channels: &mut i32,
+    ) -> Result<()> {
         let (algo, proto) = if info.n_bytes < self.threshold {
             (Algorithm::TREE, Protocol::LL)
         } else {

@@ -85,10 +85,9 @@ impl<T: Net> NetState<T> {
 
     /// The instance if `init` was called.
     pub(crate) fn plugin(&self) -> Result<Arc<T>> {
-        self.lock()
-            .plugin
-            .clone()
-            .ok_or_else(|| Error::invalid_usage("called before init() (or after the last finalize())"))
+        self.lock().plugin.clone().ok_or_else(|| {
+            Error::invalid_usage("called before init() (or after the last finalize())")
+        })
     }
 
     /// Pre-v11 `init`: create the instance and the legacy context once.
@@ -99,19 +98,32 @@ impl<T: Net> NetState<T> {
         }
         let plugin = self.acquire(&mut inner, host_abi)?;
         let ctx = plugin.open_context(0, CommConfig::default())?;
-        inner.legacy = Some(Arc::new(CtxBox { tag: ops::CTX_TAG, plugin, ctx }));
+        inner.legacy = Some(Arc::new(CtxBox {
+            tag: ops::CTX_TAG,
+            plugin,
+            ctx,
+        }));
         inner.refs += 1;
         Ok(())
     }
 
     /// v11+ `init`: one context per communicator.
-    pub(crate) fn open_context(&self, host_abi: u32, comm_id: u64, config: CommConfig) -> Result<Box<CtxBox<T>>> {
+    pub(crate) fn open_context(
+        &self,
+        host_abi: u32,
+        comm_id: u64,
+        config: CommConfig,
+    ) -> Result<Box<CtxBox<T>>> {
         let mut inner = self.lock();
         let plugin = self.acquire(&mut inner, host_abi)?;
         match plugin.open_context(comm_id, config) {
             Ok(ctx) => {
                 inner.refs += 1;
-                Ok(Box::new(CtxBox { tag: ops::CTX_TAG, plugin, ctx }))
+                Ok(Box::new(CtxBox {
+                    tag: ops::CTX_TAG,
+                    plugin,
+                    ctx,
+                }))
             }
             Err(e) => {
                 if inner.refs == 0 {
@@ -136,21 +148,40 @@ impl<T: Net> NetState<T> {
 
     /// Context for pre-v11 `listen`/`connect`.
     pub(crate) fn legacy_context(&self) -> Result<Arc<CtxBox<T>>> {
-        self.lock().legacy.clone().ok_or_else(|| Error::invalid_usage("called before init()"))
+        self.lock()
+            .legacy
+            .clone()
+            .ok_or_else(|| Error::invalid_usage("called before init()"))
     }
 
     /// v10 `connect(config)`: the context for that traffic class.
     pub(crate) fn context_for(&self, config: CommConfig) -> Result<Arc<CtxBox<T>>> {
         let mut inner = self.lock();
         if config.traffic_class.is_none() {
-            return inner.legacy.clone().ok_or_else(|| Error::invalid_usage("connect() called before init()"));
+            return inner
+                .legacy
+                .clone()
+                .ok_or_else(|| Error::invalid_usage("connect() called before init()"));
         }
-        if let Some((_, c)) = inner.by_traffic_class.iter().find(|(tc, _)| *tc == config.traffic_class) {
+        if let Some((_, c)) = inner
+            .by_traffic_class
+            .iter()
+            .find(|(tc, _)| *tc == config.traffic_class)
+        {
             return Ok(Arc::clone(c));
         }
-        let plugin = inner.plugin.clone().ok_or_else(|| Error::invalid_usage("connect() called before init()"))?;
-        let ctx = Arc::new(CtxBox { tag: ops::CTX_TAG, ctx: plugin.open_context(0, config)?, plugin });
-        inner.by_traffic_class.push((config.traffic_class, Arc::clone(&ctx)));
+        let plugin = inner
+            .plugin
+            .clone()
+            .ok_or_else(|| Error::invalid_usage("connect() called before init()"))?;
+        let ctx = Arc::new(CtxBox {
+            tag: ops::CTX_TAG,
+            ctx: plugin.open_context(0, config)?,
+            plugin,
+        });
+        inner
+            .by_traffic_class
+            .push((config.traffic_class, Arc::clone(&ctx)));
         Ok(ctx)
     }
 
@@ -195,32 +226,40 @@ macro_rules! export_net {
     ($ty:ty) => {
         impl $crate::export::net::NetExport for $ty {
             fn state() -> &'static $crate::export::net::NetState<Self> {
-                static STATE: $crate::export::net::NetState<$ty> = $crate::export::net::NetState::new();
+                static STATE: $crate::export::net::NetState<$ty> =
+                    $crate::export::net::NetState::new();
                 &STATE
             }
         }
 
         /// `ncclNetPlugin_v12` (NCCL 2.30).
         #[unsafe(no_mangle)]
-        pub static ncclNetPlugin_v12: $crate::raw::net::v12::ncclNet_v12_t = $crate::export::net::v12::table::<$ty>();
+        pub static ncclNetPlugin_v12: $crate::raw::net::v12::ncclNet_v12_t =
+            $crate::export::net::v12::table::<$ty>();
         /// `ncclNetPlugin_v11` (NCCL 2.28–2.29).
         #[unsafe(no_mangle)]
-        pub static ncclNetPlugin_v11: $crate::raw::net::v11::ncclNet_v11_t = $crate::export::net::v11::table::<$ty>();
+        pub static ncclNetPlugin_v11: $crate::raw::net::v11::ncclNet_v11_t =
+            $crate::export::net::v11::table::<$ty>();
         /// `ncclNetPlugin_v10` (NCCL 2.26–2.27).
         #[unsafe(no_mangle)]
-        pub static ncclNetPlugin_v10: $crate::raw::net::v10::ncclNet_v10_t = $crate::export::net::v10::table::<$ty>();
+        pub static ncclNetPlugin_v10: $crate::raw::net::v10::ncclNet_v10_t =
+            $crate::export::net::v10::table::<$ty>();
         /// `ncclNetPlugin_v9` (NCCL 2.24–2.25).
         #[unsafe(no_mangle)]
-        pub static ncclNetPlugin_v9: $crate::raw::net::v9::ncclNet_v9_t = $crate::export::net::v9::table::<$ty>();
+        pub static ncclNetPlugin_v9: $crate::raw::net::v9::ncclNet_v9_t =
+            $crate::export::net::v9::table::<$ty>();
         /// `ncclNetPlugin_v8` (NCCL 2.20–2.23).
         #[unsafe(no_mangle)]
-        pub static ncclNetPlugin_v8: $crate::raw::net::v8::ncclNet_v8_t = $crate::export::net::v8::table::<$ty>();
+        pub static ncclNetPlugin_v8: $crate::raw::net::v8::ncclNet_v8_t =
+            $crate::export::net::v8::table::<$ty>();
         /// `ncclNetPlugin_v7` (NCCL 2.19).
         #[unsafe(no_mangle)]
-        pub static ncclNetPlugin_v7: $crate::raw::net::v7::ncclNet_v7_t = $crate::export::net::v7::table::<$ty>();
+        pub static ncclNetPlugin_v7: $crate::raw::net::v7::ncclNet_v7_t =
+            $crate::export::net::v7::table::<$ty>();
         /// `ncclNetPlugin_v6` (NCCL 2.13–2.18).
         #[unsafe(no_mangle)]
-        pub static ncclNetPlugin_v6: $crate::raw::net::v6::ncclNet_v6_t = $crate::export::net::v6::table::<$ty>();
+        pub static ncclNetPlugin_v6: $crate::raw::net::v6::ncclNet_v6_t =
+            $crate::export::net::v6::table::<$ty>();
 
         const _: () = {
             extern "C" fn cclkit_net_unload() {

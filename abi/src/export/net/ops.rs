@@ -12,7 +12,9 @@ use std::sync::Arc;
 use super::{CtxBox, NetExport};
 use crate::error::{Error, Result};
 use crate::net::{Buf, CommConfig, CommRef, MemRegion, Net, NetHandle, RawHandle, RecvBuf, Sizes};
-use crate::raw::net::{NCCL_NET_OPTIONAL_RECV_COMPLETION, ncclNetAttr_v11_t, ncclNetCommConfig_v10_t};
+use crate::raw::net::{
+    NCCL_NET_OPTIONAL_RECV_COMPLETION, ncclNetAttr_v11_t, ncclNetCommConfig_v10_t,
+};
 
 pub(crate) const CTX_TAG: u64 = u64::from_be_bytes(*b"cclk-ctx");
 const LISTEN_TAG: u64 = u64::from_be_bytes(*b"cclk-lsn");
@@ -55,7 +57,9 @@ unsafe fn borrow<'a, B>(ptr: *mut c_void, tag: u64, what: &str) -> Result<&'a mu
     // SAFETY: forwarded contract.
     let found = unsafe { tag_of(ptr, what)? };
     if found != tag {
-        return Err(Error::invalid_argument(format!("{what} {ptr:p} is not a live handle of this plugin")));
+        return Err(Error::invalid_argument(format!(
+            "{what} {ptr:p} is not a live handle of this plugin"
+        )));
     }
     // SAFETY: the tag identifies a `B` allocated by this module and not yet freed.
     Ok(unsafe { &mut *ptr.cast::<B>() })
@@ -82,7 +86,9 @@ unsafe fn take<B>(ptr: *mut c_void, tag: u64, what: &str) -> Result<Box<B>> {
 /// `out` must be NULL or valid for writes.
 unsafe fn put<V>(out: *mut V, value: V, what: &str) -> Result<()> {
     if out.is_null() {
-        return Err(Error::invalid_argument(format!("{what} out-pointer is NULL")));
+        return Err(Error::invalid_argument(format!(
+            "{what} out-pointer is NULL"
+        )));
     }
     // SAFETY: non-NULL and valid per contract.
     unsafe { out.write(value) };
@@ -91,15 +97,15 @@ unsafe fn put<V>(out: *mut V, value: V, what: &str) -> Result<()> {
 
 fn device<T: Net>(plugin: &T, dev: c_int) -> Result<usize> {
     let n = plugin.devices();
-    usize::try_from(dev)
-        .ok()
-        .filter(|d| *d < n)
-        .ok_or_else(|| Error::invalid_argument(format!("device {dev} out of range (plugin has {n})")))
+    usize::try_from(dev).ok().filter(|d| *d < n).ok_or_else(|| {
+        Error::invalid_argument(format!("device {dev} out of range (plugin has {n})"))
+    })
 }
 
 /// Narrows a C size to `usize`, rejecting negative values.
 pub(crate) fn size_from<S: Copy + TryInto<usize> + std::fmt::Display>(size: S) -> Result<usize> {
-    size.try_into().map_err(|_| Error::invalid_argument(format!("negative size {size}")))
+    size.try_into()
+        .map_err(|_| Error::invalid_argument(format!("negative size {size}")))
 }
 
 pub(crate) fn config_from(config: *const ncclNetCommConfig_v10_t) -> CommConfig {
@@ -108,7 +114,9 @@ pub(crate) fn config_from(config: *const ncclNetCommConfig_v10_t) -> CommConfig 
     }
     // SAFETY: NCCL passes NULL or a pointer to its comm's config struct.
     let tc = unsafe { (*config).trafficClass };
-    CommConfig { traffic_class: (tc != crate::raw::net::NCCL_NET_TRAFFIC_CLASS_UNDEF).then_some(tc) }
+    CommConfig {
+        traffic_class: (tc != crate::raw::net::NCCL_NET_TRAFFIC_CLASS_UNDEF).then_some(tc),
+    }
 }
 
 /// Which context a `listen`/`connect` runs in.
@@ -163,7 +171,8 @@ pub(crate) unsafe fn finalize<T: NetExport>(ctx: *mut c_void) -> Result<()> {
 /// `ndev` must be NULL or writable.
 pub(crate) unsafe fn devices<T: NetExport>(ndev: *mut c_int) -> Result<()> {
     let n = T::state().plugin()?.devices();
-    let n = c_int::try_from(n).map_err(|_| Error::internal(format!("{n} devices do not fit an int")))?;
+    let n = c_int::try_from(n)
+        .map_err(|_| Error::internal(format!("{n} devices do not fit an int")))?;
     // SAFETY: forwarded contract.
     unsafe { put(ndev, n, "ndev") }
 }
@@ -183,14 +192,20 @@ pub(crate) unsafe fn listen<T: NetExport>(
     listen_comm: *mut *mut c_void,
 ) -> Result<()> {
     if handle.is_null() || listen_comm.is_null() {
-        return Err(Error::invalid_argument("listen: handle or listenComm is NULL"));
+        return Err(Error::invalid_argument(
+            "listen: handle or listenComm is NULL",
+        ));
     }
     // SAFETY: NCCL provides NCCL_NET_HANDLE_MAXSIZE bytes; NetHandle is exactly that.
     let handle = unsafe { &mut *handle.cast::<NetHandle>() };
     *handle = NetHandle::zeroed();
     let comm = with_ctx::<T, _>(ctx, |c| {
         let d = device(&*c.plugin, dev)?;
-        Ok(CommBox { tag: LISTEN_TAG, plugin: Arc::clone(&c.plugin), comm: c.plugin.listen(&c.ctx, d, handle)? })
+        Ok(CommBox {
+            tag: LISTEN_TAG,
+            plugin: Arc::clone(&c.plugin),
+            comm: c.plugin.listen(&c.ctx, d, handle)?,
+        })
     })?;
     // SAFETY: checked non-NULL.
     unsafe { listen_comm.write(Box::into_raw(Box::new(comm)).cast()) };
@@ -207,7 +222,9 @@ pub(crate) unsafe fn connect<T: NetExport>(
     send_comm: *mut *mut c_void,
 ) -> Result<()> {
     if handle.is_null() || send_comm.is_null() {
-        return Err(Error::invalid_argument("connect: handle or sendComm is NULL"));
+        return Err(Error::invalid_argument(
+            "connect: handle or sendComm is NULL",
+        ));
     }
     // SAFETY: NCCL provides NCCL_NET_HANDLE_MAXSIZE bytes.
     let handle = unsafe { &mut *handle.cast::<NetHandle>() };
@@ -227,14 +244,22 @@ pub(crate) unsafe fn connect<T: NetExport>(
 
 /// # Safety
 /// `listen_comm` must be a listen comm from `listen`; `recv_comm` NULL or writable.
-pub(crate) unsafe fn accept<T: NetExport>(listen_comm: *mut c_void, recv_comm: *mut *mut c_void) -> Result<()> {
+pub(crate) unsafe fn accept<T: NetExport>(
+    listen_comm: *mut c_void,
+    recv_comm: *mut *mut c_void,
+) -> Result<()> {
     if recv_comm.is_null() {
         return Err(Error::invalid_argument("accept: recvComm is NULL"));
     }
     // SAFETY: tag-checked.
     let l = unsafe { borrow::<CommBox<T, T::ListenComm>>(listen_comm, LISTEN_TAG, "listenComm")? };
     let raw = match l.plugin.accept(&mut l.comm)? {
-        Some(comm) => Box::into_raw(Box::new(CommBox { tag: RECV_TAG, plugin: Arc::clone(&l.plugin), comm })).cast(),
+        Some(comm) => Box::into_raw(Box::new(CommBox {
+            tag: RECV_TAG,
+            plugin: Arc::clone(&l.plugin),
+            comm,
+        }))
+        .cast(),
         None => std::ptr::null_mut(),
     };
     // SAFETY: checked non-NULL.
@@ -246,7 +271,10 @@ pub(crate) unsafe fn accept<T: NetExport>(listen_comm: *mut c_void, recv_comm: *
 ///
 /// # Safety
 /// `comm` must be NULL or a live handle of this plugin.
-unsafe fn with_comm<T: NetExport, R>(comm: *mut c_void, f: impl FnOnce(&T, CommRef<'_, T>) -> Result<R>) -> Result<R> {
+unsafe fn with_comm<T: NetExport, R>(
+    comm: *mut c_void,
+    f: impl FnOnce(&T, CommRef<'_, T>) -> Result<R>,
+) -> Result<R> {
     // SAFETY: forwarded contract.
     match unsafe { tag_of(comm, "comm")? } {
         SEND_TAG => {
@@ -259,7 +287,9 @@ unsafe fn with_comm<T: NetExport, R>(comm: *mut c_void, f: impl FnOnce(&T, CommR
             let r = unsafe { borrow::<CommBox<T, T::RecvComm>>(comm, RECV_TAG, "recvComm")? };
             f(&r.plugin, CommRef::Recv(&r.comm))
         }
-        _ => Err(Error::invalid_argument(format!("comm {comm:p} is not a live send/recv comm of this plugin"))),
+        _ => Err(Error::invalid_argument(format!(
+            "comm {comm:p} is not a live send/recv comm of this plugin"
+        ))),
     }
 }
 
@@ -276,7 +306,11 @@ pub(crate) unsafe fn reg_mr<T: NetExport>(
     if mhandle.is_null() {
         return Err(Error::invalid_argument("regMr: mhandle is NULL"));
     }
-    let region = MemRegion { addr: data as usize, len: size, kind };
+    let region = MemRegion {
+        addr: data as usize,
+        len: size,
+        kind,
+    };
     // SAFETY: forwarded contract.
     let mr = unsafe {
         with_comm::<T, _>(comm, |p, c| match dmabuf {
@@ -305,7 +339,9 @@ unsafe fn mr_ref<'a, M>(mhandle: *mut c_void) -> Result<Option<&'a M>> {
         return Ok(None);
     }
     // SAFETY: tag-checked.
-    Ok(Some(&unsafe { borrow::<MrBox<M>>(mhandle, MR_TAG, "mhandle")? }.mr))
+    Ok(Some(
+        &unsafe { borrow::<MrBox<M>>(mhandle, MR_TAG, "mhandle")? }.mr,
+    ))
 }
 
 fn put_request<R: RawHandle>(request: *mut *mut c_void, req: Option<R>) {
@@ -383,7 +419,9 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
     let n = usize::try_from(n)
         .ok()
         .filter(|n| (1..=MAX_GROUP).contains(n))
-        .ok_or_else(|| Error::invalid_argument(format!("buffer count {n} outside 1..={MAX_GROUP}")))?;
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("buffer count {n} outside 1..={MAX_GROUP}"))
+        })?;
     if data.is_null() || sizes.is_null() {
         return Err(Error::invalid_argument("data or sizes array is NULL"));
     }
@@ -392,9 +430,21 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
         // SAFETY: the arrays hold `n` entries (contract); `tags`/`mhandles` may be NULL.
         unsafe {
             let size = size_from(sizes.add(i).read())?;
-            let tag = if tags.is_null() { 0 } else { tags.add(i).read() };
-            let mh = if mhandles.is_null() { std::ptr::null_mut() } else { mhandles.add(i).read() };
-            bufs.push(RecvBuf { buf: Buf::new(data.add(i).read().cast(), size), tag, mr: mr_ref::<T::Mr>(mh)? });
+            let tag = if tags.is_null() {
+                0
+            } else {
+                tags.add(i).read()
+            };
+            let mh = if mhandles.is_null() {
+                std::ptr::null_mut()
+            } else {
+                mhandles.add(i).read()
+            };
+            bufs.push(RecvBuf {
+                buf: Buf::new(data.add(i).read().cast(), size),
+                tag,
+                mr: mr_ref::<T::Mr>(mh)?,
+            });
         }
     }
     Ok(bufs)
@@ -425,8 +475,13 @@ pub(crate) unsafe fn iflush<T: NetExport>(
 /// # Safety
 /// `request` must be a live request of this plugin; `done` writable; `sizes` NULL or
 /// large enough for the request's buffers.
-pub(crate) unsafe fn test<T: NetExport>(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> Result<()> {
-    let ptr = NonNull::new(request).ok_or_else(|| Error::invalid_argument("test: request is NULL"))?;
+pub(crate) unsafe fn test<T: NetExport>(
+    request: *mut c_void,
+    done: *mut c_int,
+    sizes: *mut c_int,
+) -> Result<()> {
+    let ptr =
+        NonNull::new(request).ok_or_else(|| Error::invalid_argument("test: request is NULL"))?;
     if done.is_null() {
         return Err(Error::invalid_argument("test: done is NULL"));
     }
@@ -480,15 +535,23 @@ pub(crate) unsafe fn close_listen<T: NetExport>(comm: *mut c_void) -> Result<()>
 
 /// # Safety
 /// `comm` must be a live receive comm.
-pub(crate) unsafe fn irecv_consumed<T: NetExport>(comm: *mut c_void, n: c_int, request: *mut c_void) -> Result<()> {
+pub(crate) unsafe fn irecv_consumed<T: NetExport>(
+    comm: *mut c_void,
+    n: c_int,
+    request: *mut c_void,
+) -> Result<()> {
     // SAFETY: tag-checked.
     let r = unsafe { borrow::<CommBox<T, T::RecvComm>>(comm, RECV_TAG, "recvComm")? };
-    r.plugin.irecv_consumed(&mut r.comm, size_from(n)?, request as usize)
+    r.plugin
+        .irecv_consumed(&mut r.comm, size_from(n)?, request as usize)
 }
 
 /// # Safety
 /// `ctx` must be a context from `init_ctx`; `attr` NULL or readable.
-pub(crate) unsafe fn set_net_attr<T: NetExport>(ctx: *mut c_void, attr: *const ncclNetAttr_v11_t) -> Result<()> {
+pub(crate) unsafe fn set_net_attr<T: NetExport>(
+    ctx: *mut c_void,
+    attr: *const ncclNetAttr_v11_t,
+) -> Result<()> {
     if attr.is_null() {
         return Err(Error::invalid_argument("setNetAttr: netAttr is NULL"));
     }
@@ -499,15 +562,28 @@ pub(crate) unsafe fn set_net_attr<T: NetExport>(ctx: *mut c_void, attr: *const n
 
 /// # Safety
 /// `d` must be NULL or writable; `devs` the version's `devs[]` array.
-pub(crate) unsafe fn make_vdevice<T: NetExport>(d: *mut c_int, ndevs: c_int, devs: &[c_int]) -> Result<()> {
+pub(crate) unsafe fn make_vdevice<T: NetExport>(
+    d: *mut c_int,
+    ndevs: c_int,
+    devs: &[c_int],
+) -> Result<()> {
     let n = usize::try_from(ndevs)
         .ok()
         .filter(|n| (1..=devs.len()).contains(n))
-        .ok_or_else(|| Error::invalid_argument(format!("makeVDevice: ndevs {ndevs} outside 1..={}", devs.len())))?;
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "makeVDevice: ndevs {ndevs} outside 1..={}",
+                devs.len()
+            ))
+        })?;
     let plugin = T::state().plugin()?;
-    let phys = devs[..n].iter().map(|&x| device(&*plugin, x)).collect::<Result<Vec<_>>>()?;
+    let phys = devs[..n]
+        .iter()
+        .map(|&x| device(&*plugin, x))
+        .collect::<Result<Vec<_>>>()?;
     let v = plugin.make_vdevice(&phys)?;
-    let v = c_int::try_from(v).map_err(|_| Error::internal("virtual device index overflows int"))?;
+    let v =
+        c_int::try_from(v).map_err(|_| Error::internal("virtual device index overflows int"))?;
     // SAFETY: forwarded contract.
     unsafe { put(d, v, "d") }
 }

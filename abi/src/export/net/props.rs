@@ -12,7 +12,9 @@ use crate::raw::net::v8::ncclNetProperties_v8_t;
 use crate::raw::net::v9::ncclNetProperties_v9_t;
 use crate::raw::net::v11::ncclNetProperties_v11_t;
 use crate::raw::net::v12::ncclNetProperties_v12_t;
-use crate::raw::net::{NCCL_MAX_NET_SIZE_BYTES, ncclNetVDeviceProps_v9_t, ncclNetVDeviceProps_v12_t};
+use crate::raw::net::{
+    NCCL_MAX_NET_SIZE_BYTES, ncclNetVDeviceProps_v9_t, ncclNetVDeviceProps_v12_t,
+};
 
 /// Fields common to every version, already converted to C types.
 struct Common {
@@ -24,17 +26,29 @@ fn common<T: NetExport>(p: &Properties) -> Common {
     let state = T::state();
     Common {
         name: state.intern(&p.name),
-        pci_path: p.pci_path.as_deref().map_or(std::ptr::null_mut(), |s| state.intern(s)),
+        pci_path: p
+            .pci_path
+            .as_deref()
+            .map_or(std::ptr::null_mut(), |s| state.intern(s)),
     }
 }
 
 fn checked(p: &Properties) -> Result<()> {
     if p.max_recvs < 1 {
-        return Err(Error::internal(format!("device {}: maxRecvs {} must be ≥ 1", p.name, p.max_recvs)));
+        return Err(Error::internal(format!(
+            "device {}: maxRecvs {} must be ≥ 1",
+            p.name, p.max_recvs
+        )));
     }
-    for (what, v) in [("maxP2pBytes", p.max_p2p_bytes), ("maxCollBytes", p.max_coll_bytes)] {
+    for (what, v) in [
+        ("maxP2pBytes", p.max_p2p_bytes),
+        ("maxCollBytes", p.max_coll_bytes),
+    ] {
         if v == 0 || v > NCCL_MAX_NET_SIZE_BYTES {
-            return Err(Error::internal(format!("device {}: {what} {v} outside 1..=1 TiB", p.name)));
+            return Err(Error::internal(format!(
+                "device {}: {what} {v} outside 1..=1 TiB",
+                p.name
+            )));
         }
     }
     Ok(())
@@ -48,7 +62,11 @@ fn vdevs<const N: usize>(p: &Properties, dev: c_int) -> Result<(c_int, [c_int; N
         return Ok((1, devs));
     }
     if p.vdevs.len() > N {
-        return Err(Error::internal(format!("device {}: {} fused devices, this ABI holds {N}", p.name, p.vdevs.len())));
+        return Err(Error::internal(format!(
+            "device {}: {} fused devices, this ABI holds {N}",
+            p.name,
+            p.vdevs.len()
+        )));
     }
     devs[..p.vdevs.len()].copy_from_slice(&p.vdevs);
     Ok((p.vdevs.len() as c_int, devs))

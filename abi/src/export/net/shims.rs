@@ -21,12 +21,16 @@ const INT_MSG_LIMIT: usize = 1 << 30;
 fn int_size(size: c_int) -> crate::Result<usize> {
     let s = ops::size_from(size)?;
     if s > INT_MSG_LIMIT {
-        return Err(Error::internal(format!("size {s} exceeds the 1 GiB limit of this ABI version")));
+        return Err(Error::internal(format!(
+            "size {s} exceeds the 1 GiB limit of this ABI version"
+        )));
     }
     Ok(s)
 }
 
-pub(crate) unsafe extern "C" fn init_v6<T: NetExport, const V: u32>(log: ncclDebugLogger_t) -> NcclResult {
+pub(crate) unsafe extern "C" fn init_v6<T: NetExport, const V: u32>(
+    log: ncclDebugLogger_t,
+) -> NcclResult {
     set_logger(log);
     guard("ncclNet.init", || ops::init_legacy::<T>(V))
 }
@@ -48,7 +52,9 @@ pub(crate) unsafe extern "C" fn init_v11<T: NetExport, const V: u32>(
 ) -> NcclResult {
     set_logger(log);
     // SAFETY: NCCL passes a writable ctx out-pointer and NULL or its config.
-    guard("ncclNet.init", || unsafe { ops::init_ctx::<T>(V, ctx, comm_id, config) })
+    guard("ncclNet.init", || unsafe {
+        ops::init_ctx::<T>(V, ctx, comm_id, config)
+    })
 }
 
 pub(crate) unsafe extern "C" fn finalize<T: NetExport>(ctx: *mut c_void) -> NcclResult {
@@ -122,7 +128,9 @@ pub(crate) unsafe extern "C" fn listen_v6<T: NetExport>(
     lc: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: NCCL passes a 128-byte handle and a writable listenComm.
-    guard("ncclNet.listen", || unsafe { ops::listen::<T>(ops::Ctx::Legacy, dev, handle, lc) })
+    guard("ncclNet.listen", || unsafe {
+        ops::listen::<T>(ops::Ctx::Legacy, dev, handle, lc)
+    })
 }
 
 pub(crate) unsafe extern "C" fn listen_v11<T: NetExport>(
@@ -132,7 +140,9 @@ pub(crate) unsafe extern "C" fn listen_v11<T: NetExport>(
     lc: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above; ctx is the one from init.
-    guard("ncclNet.listen", || unsafe { ops::listen::<T>(ops::Ctx::Raw(ctx), dev, handle, lc) })
+    guard("ncclNet.listen", || unsafe {
+        ops::listen::<T>(ops::Ctx::Raw(ctx), dev, handle, lc)
+    })
 }
 
 pub(crate) unsafe extern "C" fn connect_v6<T: NetExport>(
@@ -141,7 +151,9 @@ pub(crate) unsafe extern "C" fn connect_v6<T: NetExport>(
     sc: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: NCCL passes the peer's handle (same pointer on retries) and a writable sendComm.
-    guard("ncclNet.connect", || unsafe { ops::connect::<T>(ops::Ctx::Legacy, dev, handle, sc) })
+    guard("ncclNet.connect", || unsafe {
+        ops::connect::<T>(ops::Ctx::Legacy, dev, handle, sc)
+    })
 }
 
 pub(crate) unsafe extern "C" fn connect_v7<T: NetExport>(
@@ -151,7 +163,9 @@ pub(crate) unsafe extern "C" fn connect_v7<T: NetExport>(
     _dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> NcclResult {
     // SAFETY: as above; host-memory plugins leave the device handle untouched.
-    guard("ncclNet.connect", || unsafe { ops::connect::<T>(ops::Ctx::Legacy, dev, handle, sc) })
+    guard("ncclNet.connect", || unsafe {
+        ops::connect::<T>(ops::Ctx::Legacy, dev, handle, sc)
+    })
 }
 
 pub(crate) unsafe extern "C" fn connect_v10<T: NetExport>(
@@ -163,7 +177,9 @@ pub(crate) unsafe extern "C" fn connect_v10<T: NetExport>(
 ) -> NcclResult {
     let ctx = ops::Ctx::Config(ops::config_from(config));
     // SAFETY: as above.
-    guard("ncclNet.connect", || unsafe { ops::connect::<T>(ctx, dev, handle, sc) })
+    guard("ncclNet.connect", || unsafe {
+        ops::connect::<T>(ctx, dev, handle, sc)
+    })
 }
 
 pub(crate) unsafe extern "C" fn connect_v11<T: NetExport>(
@@ -174,10 +190,15 @@ pub(crate) unsafe extern "C" fn connect_v11<T: NetExport>(
     _dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> NcclResult {
     // SAFETY: as above; ctx is the one from init.
-    guard("ncclNet.connect", || unsafe { ops::connect::<T>(ops::Ctx::Raw(ctx), dev, handle, sc) })
+    guard("ncclNet.connect", || unsafe {
+        ops::connect::<T>(ops::Ctx::Raw(ctx), dev, handle, sc)
+    })
 }
 
-pub(crate) unsafe extern "C" fn accept_v6<T: NetExport>(lc: *mut c_void, rc: *mut *mut c_void) -> NcclResult {
+pub(crate) unsafe extern "C" fn accept_v6<T: NetExport>(
+    lc: *mut c_void,
+    rc: *mut *mut c_void,
+) -> NcclResult {
     // SAFETY: NCCL passes its listenComm and a writable recvComm.
     guard("ncclNet.accept", || unsafe { ops::accept::<T>(lc, rc) })
 }
@@ -199,7 +220,9 @@ pub(crate) unsafe extern "C" fn reg_mr_v6<T: NetExport>(
     mh: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: NCCL passes a live comm and a writable mhandle.
-    guard("ncclNet.regMr", || unsafe { ops::reg_mr::<T>(comm, data, ops::size_from(size)?, kind, None, mh) })
+    guard("ncclNet.regMr", || unsafe {
+        ops::reg_mr::<T>(comm, data, ops::size_from(size)?, kind, None, mh)
+    })
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_v8<T: NetExport>(
@@ -210,7 +233,9 @@ pub(crate) unsafe extern "C" fn reg_mr_v8<T: NetExport>(
     mh: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.regMr", || unsafe { ops::reg_mr::<T>(comm, data, size, kind, None, mh) })
+    guard("ncclNet.regMr", || unsafe {
+        ops::reg_mr::<T>(comm, data, size, kind, None, mh)
+    })
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_dmabuf<T: NetExport>(
@@ -223,12 +248,19 @@ pub(crate) unsafe extern "C" fn reg_mr_dmabuf<T: NetExport>(
     mh: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.regMrDmaBuf", || unsafe { ops::reg_mr::<T>(comm, data, size, kind, Some((offset, fd)), mh) })
+    guard("ncclNet.regMrDmaBuf", || unsafe {
+        ops::reg_mr::<T>(comm, data, size, kind, Some((offset, fd)), mh)
+    })
 }
 
-pub(crate) unsafe extern "C" fn dereg_mr<T: NetExport>(comm: *mut c_void, mh: *mut c_void) -> NcclResult {
+pub(crate) unsafe extern "C" fn dereg_mr<T: NetExport>(
+    comm: *mut c_void,
+    mh: *mut c_void,
+) -> NcclResult {
     // SAFETY: NCCL passes a live comm and an mhandle from regMr.
-    guard("ncclNet.deregMr", || unsafe { ops::dereg_mr::<T>(comm, mh) })
+    guard("ncclNet.deregMr", || unsafe {
+        ops::dereg_mr::<T>(comm, mh)
+    })
 }
 
 pub(crate) unsafe extern "C" fn isend_v6<T: NetExport>(
@@ -240,7 +272,9 @@ pub(crate) unsafe extern "C" fn isend_v6<T: NetExport>(
     req: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: NCCL passes a live sendComm, a buffer valid until completion, a writable request.
-    guard("ncclNet.isend", || unsafe { ops::isend::<T>(sc, data, int_size(size)?, tag, mh, req) })
+    guard("ncclNet.isend", || unsafe {
+        ops::isend::<T>(sc, data, int_size(size)?, tag, mh, req)
+    })
 }
 
 pub(crate) unsafe extern "C" fn isend_v9<T: NetExport>(
@@ -252,7 +286,9 @@ pub(crate) unsafe extern "C" fn isend_v9<T: NetExport>(
     req: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.isend", || unsafe { ops::isend::<T>(sc, data, size, tag, mh, req) })
+    guard("ncclNet.isend", || unsafe {
+        ops::isend::<T>(sc, data, size, tag, mh, req)
+    })
 }
 
 pub(crate) unsafe extern "C" fn isend_v10<T: NetExport>(
@@ -265,7 +301,9 @@ pub(crate) unsafe extern "C" fn isend_v10<T: NetExport>(
     req: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.isend", || unsafe { ops::isend::<T>(sc, data, size, tag, mh, req) })
+    guard("ncclNet.isend", || unsafe {
+        ops::isend::<T>(sc, data, size, tag, mh, req)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -279,7 +317,9 @@ pub(crate) unsafe extern "C" fn irecv_v6<T: NetExport>(
     req: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: NCCL passes a live recvComm and arrays of n entries.
-    guard("ncclNet.irecv", || unsafe { ops::irecv::<T, c_int>(rc, n, data, sizes, tags, mh, req) })
+    guard("ncclNet.irecv", || unsafe {
+        ops::irecv::<T, c_int>(rc, n, data, sizes, tags, mh, req)
+    })
 }
 
 pub(crate) unsafe extern "C" fn irecv_v9<T: NetExport>(
@@ -292,7 +332,9 @@ pub(crate) unsafe extern "C" fn irecv_v9<T: NetExport>(
     req: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.irecv", || unsafe { ops::irecv::<T, usize>(rc, n, data, sizes, tags, mh, req) })
+    guard("ncclNet.irecv", || unsafe {
+        ops::irecv::<T, usize>(rc, n, data, sizes, tags, mh, req)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -307,7 +349,9 @@ pub(crate) unsafe extern "C" fn irecv_v10<T: NetExport>(
     req: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.irecv", || unsafe { ops::irecv::<T, usize>(rc, n, data, sizes, tags, mh, req) })
+    guard("ncclNet.irecv", || unsafe {
+        ops::irecv::<T, usize>(rc, n, data, sizes, tags, mh, req)
+    })
 }
 
 pub(crate) unsafe extern "C" fn iflush<T: NetExport>(
@@ -319,7 +363,9 @@ pub(crate) unsafe extern "C" fn iflush<T: NetExport>(
     req: *mut *mut c_void,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.iflush", || unsafe { ops::iflush::<T>(rc, n, data, sizes, mh, req) })
+    guard("ncclNet.iflush", || unsafe {
+        ops::iflush::<T>(rc, n, data, sizes, mh, req)
+    })
 }
 
 pub(crate) unsafe extern "C" fn test<T: NetExport>(
@@ -328,22 +374,30 @@ pub(crate) unsafe extern "C" fn test<T: NetExport>(
     sizes: *mut c_int,
 ) -> NcclResult {
     // SAFETY: NCCL passes a live request, a writable done flag and NULL or a sizes array.
-    guard("ncclNet.test", || unsafe { ops::test::<T>(req, done, sizes) })
+    guard("ncclNet.test", || unsafe {
+        ops::test::<T>(req, done, sizes)
+    })
 }
 
 pub(crate) unsafe extern "C" fn close_send<T: NetExport>(comm: *mut c_void) -> NcclResult {
     // SAFETY: NCCL passes a live sendComm and never uses it again.
-    guard("ncclNet.closeSend", || unsafe { ops::close_send::<T>(comm) })
+    guard("ncclNet.closeSend", || unsafe {
+        ops::close_send::<T>(comm)
+    })
 }
 
 pub(crate) unsafe extern "C" fn close_recv<T: NetExport>(comm: *mut c_void) -> NcclResult {
     // SAFETY: NCCL passes a live recvComm and never uses it again.
-    guard("ncclNet.closeRecv", || unsafe { ops::close_recv::<T>(comm) })
+    guard("ncclNet.closeRecv", || unsafe {
+        ops::close_recv::<T>(comm)
+    })
 }
 
 pub(crate) unsafe extern "C" fn close_listen<T: NetExport>(comm: *mut c_void) -> NcclResult {
     // SAFETY: NCCL passes a live listenComm and never uses it again.
-    guard("ncclNet.closeListen", || unsafe { ops::close_listen::<T>(comm) })
+    guard("ncclNet.closeListen", || unsafe {
+        ops::close_listen::<T>(comm)
+    })
 }
 
 pub(crate) unsafe extern "C" fn irecv_consumed<T: NetExport>(
@@ -352,7 +406,9 @@ pub(crate) unsafe extern "C" fn irecv_consumed<T: NetExport>(
     req: *mut c_void,
 ) -> NcclResult {
     // SAFETY: NCCL passes a live recvComm; `req` is only an identifier.
-    guard("ncclNet.irecvConsumed", || unsafe { ops::irecv_consumed::<T>(rc, n, req) })
+    guard("ncclNet.irecvConsumed", || unsafe {
+        ops::irecv_consumed::<T>(rc, n, req)
+    })
 }
 
 pub(crate) unsafe extern "C" fn set_net_attr<T: NetExport>(
@@ -360,7 +416,9 @@ pub(crate) unsafe extern "C" fn set_net_attr<T: NetExport>(
     attr: *mut ncclNetAttr_v11_t,
 ) -> NcclResult {
     // SAFETY: NCCL passes the ctx from init and its attribute struct.
-    guard("ncclNet.setNetAttr", || unsafe { ops::set_net_attr::<T>(ctx, attr) })
+    guard("ncclNet.setNetAttr", || unsafe {
+        ops::set_net_attr::<T>(ctx, attr)
+    })
 }
 
 pub(crate) unsafe extern "C" fn make_vdevice_v9<T: NetExport>(

@@ -15,7 +15,11 @@ pub const fn table<T: NetExport>() -> ncclNet_v6_t {
         connect: Some(connect_v6::<T>),
         accept: Some(accept_v6::<T>),
         regMr: Some(reg_mr_v6::<T>),
-        regMrDmaBuf: if T::SUPPORTS_DMABUF { Some(reg_mr_dmabuf::<T>) } else { None },
+        regMrDmaBuf: if T::SUPPORTS_DMABUF {
+            Some(reg_mr_dmabuf::<T>)
+        } else {
+            None
+        },
         deregMr: Some(dereg_mr::<T>),
         isend: Some(isend_v6::<T>),
         irecv: Some(irecv_v6::<T>),

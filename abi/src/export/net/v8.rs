@@ -15,7 +15,11 @@ pub const fn table<T: NetExport>() -> ncclNet_v8_t {
         connect: Some(connect_v7::<T>),
         accept: Some(accept_v7::<T>),
         regMr: Some(reg_mr_v8::<T>),
-        regMrDmaBuf: if T::SUPPORTS_DMABUF { Some(reg_mr_dmabuf::<T>) } else { None },
+        regMrDmaBuf: if T::SUPPORTS_DMABUF {
+            Some(reg_mr_dmabuf::<T>)
+        } else {
+            None
+        },
         deregMr: Some(dereg_mr::<T>),
         isend: Some(isend_v6::<T>),
         irecv: Some(irecv_v6::<T>),
@@ -26,6 +30,10 @@ pub const fn table<T: NetExport>() -> ncclNet_v8_t {
         closeListen: Some(close_listen::<T>),
         // Host-memory plugins have no device-side registrations.
         getDeviceMr: None,
-        irecvConsumed: if T::HAS_IRECV_CONSUMED { Some(irecv_consumed::<T>) } else { None },
+        irecvConsumed: if T::HAS_IRECV_CONSUMED {
+            Some(irecv_consumed::<T>)
+        } else {
+            None
+        },
     }
 }

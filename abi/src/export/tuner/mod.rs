@@ -25,7 +25,9 @@ pub struct TunerState<T> {
 impl<T> TunerState<T> {
     /// Empty state (const, for a `static`).
     pub const fn new() -> Self {
-        Self { global: Mutex::new(None) }
+        Self {
+            global: Mutex::new(None),
+        }
     }
 
     /// Drops the v1 instance; run when the library is unloaded.
@@ -52,29 +54,36 @@ macro_rules! export_tuner {
     ($ty:ty) => {
         impl $crate::export::tuner::TunerExport for $ty {
             fn state() -> &'static $crate::export::tuner::TunerState<Self> {
-                static STATE: $crate::export::tuner::TunerState<$ty> = $crate::export::tuner::TunerState::new();
+                static STATE: $crate::export::tuner::TunerState<$ty> =
+                    $crate::export::tuner::TunerState::new();
                 &STATE
             }
         }
 
         /// `ncclTunerPlugin_v6` (NCCL 2.30).
         #[unsafe(no_mangle)]
-        pub static ncclTunerPlugin_v6: $crate::raw::tuner::ncclTuner_v6_t = $crate::export::tuner::tables::v6::<$ty>();
+        pub static ncclTunerPlugin_v6: $crate::raw::tuner::ncclTuner_v6_t =
+            $crate::export::tuner::tables::v6::<$ty>();
         /// `ncclTunerPlugin_v5` (NCCL 2.28–2.29).
         #[unsafe(no_mangle)]
-        pub static ncclTunerPlugin_v5: $crate::raw::tuner::ncclTuner_v5_t = $crate::export::tuner::tables::v5::<$ty>();
+        pub static ncclTunerPlugin_v5: $crate::raw::tuner::ncclTuner_v5_t =
+            $crate::export::tuner::tables::v5::<$ty>();
         /// `ncclTunerPlugin_v4` (NCCL 2.24–2.27).
         #[unsafe(no_mangle)]
-        pub static ncclTunerPlugin_v4: $crate::raw::tuner::ncclTuner_v4_t = $crate::export::tuner::tables::v4::<$ty>();
+        pub static ncclTunerPlugin_v4: $crate::raw::tuner::ncclTuner_v4_t =
+            $crate::export::tuner::tables::v4::<$ty>();
         /// `ncclTunerPlugin_v3` (NCCL 2.22–2.23).
         #[unsafe(no_mangle)]
-        pub static ncclTunerPlugin_v3: $crate::raw::tuner::ncclTuner_v3_t = $crate::export::tuner::tables::v3::<$ty>();
+        pub static ncclTunerPlugin_v3: $crate::raw::tuner::ncclTuner_v3_t =
+            $crate::export::tuner::tables::v3::<$ty>();
         /// `ncclTunerPlugin_v2` (NCCL 2.21).
         #[unsafe(no_mangle)]
-        pub static ncclTunerPlugin_v2: $crate::raw::tuner::ncclTuner_v2_t = $crate::export::tuner::tables::v2::<$ty>();
+        pub static ncclTunerPlugin_v2: $crate::raw::tuner::ncclTuner_v2_t =
+            $crate::export::tuner::tables::v2::<$ty>();
         /// `ncclTunerPlugin_v1` (NCCL 2.19–2.20).
         #[unsafe(no_mangle)]
-        pub static ncclTunerPlugin_v1: $crate::raw::tuner::ncclTuner_v1_t = $crate::export::tuner::tables::v1::<$ty>();
+        pub static ncclTunerPlugin_v1: $crate::raw::tuner::ncclTuner_v1_t =
+            $crate::export::tuner::tables::v1::<$ty>();
 
         const _: () = {
             extern "C" fn cclkit_tuner_unload() {

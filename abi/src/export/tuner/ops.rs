@@ -5,7 +5,9 @@ use std::ffi::{c_int, c_void};
 
 use super::TunerExport;
 use crate::error::{Error, Result};
-use crate::raw::common::{Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, Protocol};
+use crate::raw::common::{
+    Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, Protocol,
+};
 use crate::raw::tuner::{ncclNvlDomainInfo_v5_t, ncclTunerConstants_v5_t};
 use crate::tuner::{CollInfo, CostTable, Tuner, TunerInit};
 
@@ -35,7 +37,9 @@ pub(crate) unsafe fn init<T: TunerExport>(
     constants: *mut ncclTunerConstants_v5_t,
 ) -> Result<()> {
     if ctx.is_null() {
-        return Err(Error::invalid_argument("tuner init: context out-pointer is NULL"));
+        return Err(Error::invalid_argument(
+            "tuner init: context out-pointer is NULL",
+        ));
     }
     let args = TunerInit {
         host_abi,
@@ -49,7 +53,15 @@ pub(crate) unsafe fn init<T: TunerExport>(
     };
     let tuner = T::init(args)?;
     // SAFETY: checked non-NULL.
-    unsafe { ctx.write(Box::into_raw(Box::new(TunerBox { tag: TUNER_TAG, tuner })).cast()) };
+    unsafe {
+        ctx.write(
+            Box::into_raw(Box::new(TunerBox {
+                tag: TUNER_TAG,
+                tuner,
+            }))
+            .cast(),
+        )
+    };
     Ok(())
 }
 
@@ -61,7 +73,9 @@ unsafe fn tuner<'a, T>(ctx: *mut c_void) -> Result<&'a T> {
     }
     // SAFETY: non-NULL; every context we hand out starts with the tag.
     if unsafe { ctx.cast::<u64>().read() } != TUNER_TAG {
-        return Err(Error::invalid_argument(format!("{ctx:p} is not a live context of this tuner")));
+        return Err(Error::invalid_argument(format!(
+            "{ctx:p} is not a live context of this tuner"
+        )));
     }
     // SAFETY: the tag identifies a TunerBox<T> from `init`.
     Ok(&unsafe { &*ctx.cast::<TunerBox<T>>() }.tuner)
@@ -98,16 +112,26 @@ pub(crate) unsafe fn get_coll_info<T: TunerExport>(
     // SAFETY: forwarded contract.
     let t = unsafe { tuner::<T>(ctx)? };
     if table.is_null() || n_channels.is_null() {
-        return Err(Error::invalid_argument("getCollInfo: cost table or nChannels is NULL"));
+        return Err(Error::invalid_argument(
+            "getCollInfo: cost table or nChannels is NULL",
+        ));
     }
     if !(1..=MAX_ALGO).contains(&num_algo) || !(1..=MAX_PROTO).contains(&num_proto) {
-        return Err(Error::invalid_argument(format!("getCollInfo: table shape {num_algo}×{num_proto}")));
+        return Err(Error::invalid_argument(format!(
+            "getCollInfo: table shape {num_algo}×{num_proto}"
+        )));
     }
     let (na, np) = (num_algo as usize, num_proto as usize);
     // SAFETY: `float**` is really the address of a flat float[numAlgo][numProto].
     let costs = unsafe { std::slice::from_raw_parts_mut(table.cast::<f32>(), na * np) };
-    let mut view = CostTable::new(costs, na, np).ok_or_else(|| Error::internal("cost table shape"))?;
-    let info = CollInfo { func, n_bytes, num_pipe_ops, reg_buff: reg_buff.map(|r| r != 0) };
+    let mut view =
+        CostTable::new(costs, na, np).ok_or_else(|| Error::internal("cost table shape"))?;
+    let info = CollInfo {
+        func,
+        n_bytes,
+        num_pipe_ops,
+        reg_buff: reg_buff.map(|r| r != 0),
+    };
     // SAFETY: checked non-NULL.
     let nch = unsafe { &mut *n_channels };
     t.get_coll_info(&info, &mut view, nch)
@@ -135,11 +159,14 @@ pub(crate) unsafe fn choose_legacy<T: Tuner>(
     n_channels: *mut c_int,
 ) -> Result<()> {
     if algorithm.is_null() || protocol.is_null() || n_channels.is_null() {
-        return Err(Error::invalid_argument("getCollInfo: algorithm, protocol or nChannels is NULL"));
+        return Err(Error::invalid_argument(
+            "getCollInfo: algorithm, protocol or nChannels is NULL",
+        ));
     }
     let mut costs = [NCCL_ALGO_PROTO_IGNORE; NCCL_NUM_ALGORITHMS * NCCL_NUM_PROTOCOLS];
-    let mut offer =
-        |a: Algorithm, p: Protocol| costs[a.0 as usize * NCCL_NUM_PROTOCOLS + p.0 as usize] = LEGACY_PLACEHOLDER;
+    let mut offer = |a: Algorithm, p: Protocol| {
+        costs[a.0 as usize * NCCL_NUM_PROTOCOLS + p.0 as usize] = LEGACY_PLACEHOLDER
+    };
     for a in [Algorithm::TREE, Algorithm::RING] {
         for p in [Protocol::LL, Protocol::LL128, Protocol::SIMPLE] {
             offer(a, p);
@@ -155,7 +182,12 @@ pub(crate) unsafe fn choose_legacy<T: Tuner>(
     }
     let mut view = CostTable::new(&mut costs, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS)
         .ok_or_else(|| Error::internal("cost table shape"))?;
-    let info = CollInfo { func, n_bytes, num_pipe_ops, reg_buff: None };
+    let info = CollInfo {
+        func,
+        n_bytes,
+        num_pipe_ops,
+        reg_buff: None,
+    };
     // SAFETY: checked non-NULL.
     let nch = unsafe { &mut *n_channels };
     t.get_coll_info(&info, &mut view, nch)?;
@@ -189,15 +221,34 @@ pub(crate) unsafe fn get_coll_info_v2<T: TunerExport>(
     // SAFETY: forwarded contract.
     unsafe {
         let t = tuner::<T>(ctx)?;
-        choose_legacy(t, func, n_bytes, coll_net, nvls, num_pipe_ops, algorithm, protocol, n_channels)
+        choose_legacy(
+            t,
+            func,
+            n_bytes,
+            coll_net,
+            nvls,
+            num_pipe_ops,
+            algorithm,
+            protocol,
+            n_channels,
+        )
     }
 }
 
 /// v1: the process-global tuner.
 pub(crate) fn init_v1<T: TunerExport>(n_ranks: usize, n_nodes: usize) -> Result<()> {
-    let tuner =
-        T::init(TunerInit { host_abi: 1, comm_id: None, n_ranks, n_nodes, nvl_domains: None, constants: None })?;
-    let mut g = T::state().global.lock().map_err(|_| Error::internal("tuner state poisoned"))?;
+    let tuner = T::init(TunerInit {
+        host_abi: 1,
+        comm_id: None,
+        n_ranks,
+        n_nodes,
+        nvl_domains: None,
+        constants: None,
+    })?;
+    let mut g = T::state()
+        .global
+        .lock()
+        .map_err(|_| Error::internal("tuner state poisoned"))?;
     *g = Some(tuner);
     Ok(())
 }
@@ -215,14 +266,35 @@ pub(crate) unsafe fn get_coll_info_v1<T: TunerExport>(
     protocol: *mut c_int,
     n_channels: *mut c_int,
 ) -> Result<()> {
-    let g = T::state().global.lock().map_err(|_| Error::internal("tuner state poisoned"))?;
-    let t = g.as_ref().ok_or_else(|| Error::invalid_usage("getCollInfo called before init"))?;
+    let g = T::state()
+        .global
+        .lock()
+        .map_err(|_| Error::internal("tuner state poisoned"))?;
+    let t = g
+        .as_ref()
+        .ok_or_else(|| Error::invalid_usage("getCollInfo called before init"))?;
     // SAFETY: forwarded contract.
-    unsafe { choose_legacy(t, func, n_bytes, coll_net, nvls, num_pipe_ops, algorithm, protocol, n_channels) }
+    unsafe {
+        choose_legacy(
+            t,
+            func,
+            n_bytes,
+            coll_net,
+            nvls,
+            num_pipe_ops,
+            algorithm,
+            protocol,
+            n_channels,
+        )
+    }
 }
 
 pub(crate) fn destroy_v1<T: TunerExport>() -> Result<()> {
-    let taken = T::state().global.lock().map_err(|_| Error::internal("tuner state poisoned"))?.take();
+    let taken = T::state()
+        .global
+        .lock()
+        .map_err(|_| Error::internal("tuner state poisoned"))?
+        .take();
     taken.map_or(Ok(()), Tuner::finalize)
 }
 
@@ -241,8 +313,13 @@ pub(crate) unsafe fn get_chunk_size<T: TunerExport>(
     // SAFETY: forwarded contract.
     let t = unsafe { tuner::<T>(ctx)? };
     // SAFETY: NCCL passes NULL or its chunk size variable.
-    let chunk =
-        unsafe { chunk_size.as_mut() }.ok_or_else(|| Error::invalid_argument("getChunkSize: chunkSize is NULL"))?;
-    let info = CollInfo { func, n_bytes, num_pipe_ops: 1, reg_buff: None };
+    let chunk = unsafe { chunk_size.as_mut() }
+        .ok_or_else(|| Error::invalid_argument("getChunkSize: chunkSize is NULL"))?;
+    let info = CollInfo {
+        func,
+        n_bytes,
+        num_pipe_ops: 1,
+        reg_buff: None,
+    };
     t.get_chunk_size(&info, Algorithm(algo), Protocol(proto), n_channels, chunk)
 }

@@ -8,7 +8,11 @@ use crate::log::set_logger;
 use crate::raw::common::{Func, NcclResult, ncclDebugLogger_t};
 use crate::raw::tuner::*;
 
-unsafe extern "C" fn init_v1<T: TunerExport>(n_ranks: usize, n_nodes: usize, log: ncclDebugLogger_t) -> NcclResult {
+unsafe extern "C" fn init_v1<T: TunerExport>(
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+) -> NcclResult {
     set_logger(log);
     guard("ncclTuner.init", || ops::init_v1::<T>(n_ranks, n_nodes))
 }
@@ -44,7 +48,15 @@ unsafe extern "C" fn init_v2<T: TunerExport, const V: u32>(
     set_logger(log);
     // SAFETY: NCCL passes a writable context out-pointer.
     guard("ncclTuner.init", || unsafe {
-        ops::init::<T>(V, ctx, None, n_ranks, n_nodes, std::ptr::null_mut(), std::ptr::null_mut())
+        ops::init::<T>(
+            V,
+            ctx,
+            None,
+            n_ranks,
+            n_nodes,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
     })
 }
 
@@ -60,7 +72,9 @@ unsafe extern "C" fn init_v5<T: TunerExport, const V: u32>(
 ) -> NcclResult {
     set_logger(log);
     // SAFETY: NCCL passes a writable context out-pointer and its comm's structs.
-    guard("ncclTuner.init", || unsafe { ops::init::<T>(V, ctx, Some(comm_id), n_ranks, n_nodes, nvl, constants) })
+    guard("ncclTuner.init", || unsafe {
+        ops::init::<T>(V, ctx, Some(comm_id), n_ranks, n_nodes, nvl, constants)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -94,7 +108,9 @@ unsafe extern "C" fn get_coll_info_v3<T: TunerExport>(
 ) -> NcclResult {
     // SAFETY: NCCL passes its context, its flat cost table and a writable nChannels.
     guard("ncclTuner.getCollInfo", || unsafe {
-        ops::get_coll_info::<T>(ctx, func, n_bytes, pipe, table, num_algo, num_proto, None, nch)
+        ops::get_coll_info::<T>(
+            ctx, func, n_bytes, pipe, table, num_algo, num_proto, None, nch,
+        )
     })
 }
 
@@ -112,7 +128,17 @@ unsafe extern "C" fn get_coll_info_v4<T: TunerExport>(
 ) -> NcclResult {
     // SAFETY: as above.
     guard("ncclTuner.getCollInfo", || unsafe {
-        ops::get_coll_info::<T>(ctx, func, n_bytes, pipe, table, num_algo, num_proto, Some(reg_buff), nch)
+        ops::get_coll_info::<T>(
+            ctx,
+            func,
+            n_bytes,
+            pipe,
+            table,
+            num_algo,
+            num_proto,
+            Some(reg_buff),
+            nch,
+        )
     })
 }
 
@@ -131,7 +157,9 @@ unsafe extern "C" fn get_chunk_size<T: TunerExport>(
     chunk: *mut usize,
 ) -> NcclResult {
     // SAFETY: NCCL passes its context and a writable chunk size.
-    guard("ncclTuner.getChunkSize", || unsafe { ops::get_chunk_size::<T>(ctx, func, n_bytes, algo, proto, nch, chunk) })
+    guard("ncclTuner.getChunkSize", || unsafe {
+        ops::get_chunk_size::<T>(ctx, func, n_bytes, algo, proto, nch, chunk)
+    })
 }
 
 /// `ncclTunerPlugin_v1` for `T` (one global instance).
@@ -191,6 +219,10 @@ pub const fn v6<T: TunerExport>() -> ncclTuner_v6_t {
         init: Some(init_v5::<T, 6>),
         getCollInfo: Some(get_coll_info_v4::<T>),
         finalize: Some(finalize::<T>),
-        getChunkSize: if T::HAS_CHUNK_SIZE { Some(get_chunk_size::<T>) } else { None },
+        getChunkSize: if T::HAS_CHUNK_SIZE {
+            Some(get_chunk_size::<T>)
+        } else {
+            None
+        },
     }
 }

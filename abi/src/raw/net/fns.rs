@@ -12,8 +12,10 @@ use crate::raw::common::{NcclResult, ncclDebugLogger_t, ncclProfilerCallback_t};
 /// `init(logFunction)` (v6–v9).
 pub type InitV6 = unsafe extern "C" fn(logFunction: ncclDebugLogger_t) -> NcclResult;
 /// `init(logFunction, profFunction)` (v10).
-pub type InitV10 =
-    unsafe extern "C" fn(logFunction: ncclDebugLogger_t, profFunction: ncclProfilerCallback_t) -> NcclResult;
+pub type InitV10 = unsafe extern "C" fn(
+    logFunction: ncclDebugLogger_t,
+    profFunction: ncclProfilerCallback_t,
+) -> NcclResult;
 /// `init(ctx, commId, config, logFunction, profFunction)` (v11+), once per communicator.
 pub type InitV11 = unsafe extern "C" fn(
     ctx: *mut *mut c_void,
@@ -25,12 +27,21 @@ pub type InitV11 = unsafe extern "C" fn(
 /// `devices(ndev)`.
 pub type Devices = unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult;
 /// `listen(dev, handle, listenComm)` (v6–v10).
-pub type ListenV6 = unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listenComm: *mut *mut c_void) -> NcclResult;
+pub type ListenV6 = unsafe extern "C" fn(
+    dev: c_int,
+    handle: *mut c_void,
+    listenComm: *mut *mut c_void,
+) -> NcclResult;
 /// `listen(ctx, dev, handle, listenComm)` (v11+).
-pub type ListenV11 =
-    unsafe extern "C" fn(ctx: *mut c_void, dev: c_int, handle: *mut c_void, listenComm: *mut *mut c_void) -> NcclResult;
+pub type ListenV11 = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    dev: c_int,
+    handle: *mut c_void,
+    listenComm: *mut *mut c_void,
+) -> NcclResult;
 /// `connect(dev, handle, sendComm)` (v6).
-pub type ConnectV6 = unsafe extern "C" fn(dev: c_int, handle: *mut c_void, sendComm: *mut *mut c_void) -> NcclResult;
+pub type ConnectV6 =
+    unsafe extern "C" fn(dev: c_int, handle: *mut c_void, sendComm: *mut *mut c_void) -> NcclResult;
 /// `connect(dev, handle, sendComm, sendDevComm)` (v7–v9).
 pub type ConnectV7 = unsafe extern "C" fn(
     dev: c_int,
@@ -55,7 +66,8 @@ pub type ConnectV11 = unsafe extern "C" fn(
     sendDevComm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> NcclResult;
 /// `accept(listenComm, recvComm)` (v6).
-pub type AcceptV6 = unsafe extern "C" fn(listenComm: *mut c_void, recvComm: *mut *mut c_void) -> NcclResult;
+pub type AcceptV6 =
+    unsafe extern "C" fn(listenComm: *mut c_void, recvComm: *mut *mut c_void) -> NcclResult;
 /// `accept(listenComm, recvComm, recvDevComm)` (v7+).
 pub type AcceptV7 = unsafe extern "C" fn(
     listenComm: *mut c_void,
@@ -159,15 +171,21 @@ pub type Iflush = unsafe extern "C" fn(
     request: *mut *mut c_void,
 ) -> NcclResult;
 /// `test(request, done, sizes)`; sizes stay `int*` and may be NULL.
-pub type Test = unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult;
+pub type Test =
+    unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult;
 /// `closeSend` / `closeRecv` / `closeListen`.
 pub type Close = unsafe extern "C" fn(comm: *mut c_void) -> NcclResult;
 /// `getDeviceMr(comm, mhandle, dptr_mhandle)` (v7+, optional).
-pub type GetDeviceMr =
-    unsafe extern "C" fn(comm: *mut c_void, mhandle: *mut c_void, dptr_mhandle: *mut *mut c_void) -> NcclResult;
+pub type GetDeviceMr = unsafe extern "C" fn(
+    comm: *mut c_void,
+    mhandle: *mut c_void,
+    dptr_mhandle: *mut *mut c_void,
+) -> NcclResult;
 /// `irecvConsumed(recvComm, n, request)` (v7+, optional).
-pub type IrecvConsumed = unsafe extern "C" fn(recvComm: *mut c_void, n: c_int, request: *mut c_void) -> NcclResult;
+pub type IrecvConsumed =
+    unsafe extern "C" fn(recvComm: *mut c_void, n: c_int, request: *mut c_void) -> NcclResult;
 /// `finalize(ctx)` (v11+, required).
 pub type Finalize = unsafe extern "C" fn(ctx: *mut c_void) -> NcclResult;
 /// `setNetAttr(ctx, netAttr)` (v11+, optional).
-pub type SetNetAttr = unsafe extern "C" fn(ctx: *mut c_void, netAttr: *mut ncclNetAttr_v11_t) -> NcclResult;
+pub type SetNetAttr =
+    unsafe extern "C" fn(ctx: *mut c_void, netAttr: *mut ncclNetAttr_v11_t) -> NcclResult;

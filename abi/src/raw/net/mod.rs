@@ -106,7 +106,13 @@ pub struct ncclNetVDeviceProps_v9_t {
     /// Physical device indices.
     pub devs: [c_int; NCCL_NET_MAX_DEVS_PER_NIC_V11],
 }
-assert_layout!(ncclNetVDeviceProps_v9_t, size = 20, align = 4, ndevs = 0, devs = 4);
+assert_layout!(
+    ncclNetVDeviceProps_v9_t,
+    size = 20,
+    align = 4,
+    ndevs = 0,
+    devs = 4
+);
 
 /// `ncclNetVDeviceProps_v12_t`: a fused NIC made of up to 8 devices.
 #[repr(C)]
@@ -117,7 +123,13 @@ pub struct ncclNetVDeviceProps_v12_t {
     /// Physical device indices.
     pub devs: [c_int; NCCL_NET_MAX_DEVS_PER_NIC_V12],
 }
-assert_layout!(ncclNetVDeviceProps_v12_t, size = 36, align = 4, ndevs = 0, devs = 4);
+assert_layout!(
+    ncclNetVDeviceProps_v12_t,
+    size = 36,
+    align = 4,
+    ndevs = 0,
+    devs = 4
+);
 
 /// `ncclNetCommConfig_v10_t` (= v11 = v12): per-communicator QoS.
 #[repr(C)]
@@ -126,7 +138,12 @@ pub struct ncclNetCommConfig_v10_t {
     /// Plugin-specific traffic class; -1 (`NCCL_NET_TRAFFIC_CLASS_UNDEF`) when unset.
     pub trafficClass: c_int,
 }
-assert_layout!(ncclNetCommConfig_v10_t, size = 4, align = 4, trafficClass = 0);
+assert_layout!(
+    ncclNetCommConfig_v10_t,
+    size = 4,
+    align = 4,
+    trafficClass = 0
+);
 
 /// `ncclNetCommAttr_v11_t` (= v12), 16 bytes.
 #[repr(C)]
@@ -186,7 +203,13 @@ impl Default for ncclNetAttr_v11_t {
             maxFlowsPerPeer: -1,
             minFlowsPerPeer: -1,
         };
-        Self { sendCommAttr: undef, recvCommAttr: undef, op: u32::MAX, algo: u32::MAX, proto: u32::MAX }
+        Self {
+            sendCommAttr: undef,
+            recvCommAttr: undef,
+            op: u32::MAX,
+            algo: u32::MAX,
+            proto: u32::MAX,
+        }
     }
 }
 
@@ -201,7 +224,14 @@ pub struct ncclNetSGE_v8_t {
     /// Bytes in the part.
     pub size: u32,
 }
-assert_layout!(ncclNetSGE_v8_t, size = 24, align = 8, mhandle = 0, address = 8, size = 16);
+assert_layout!(
+    ncclNetSGE_v8_t,
+    size = 24,
+    align = 8,
+    mhandle = 0,
+    address = 8,
+    size = 16
+);
 
 /// `ncclNetSGE_v9_t` (= v10 … v12): CollNet scatter-gather entry, 24 bytes.
 #[repr(C)]
@@ -214,7 +244,14 @@ pub struct ncclNetSGE_v9_t {
     /// Bytes in the part.
     pub size: usize,
 }
-assert_layout!(ncclNetSGE_v9_t, size = 24, align = 8, mhandle = 0, address = 8, size = 16);
+assert_layout!(
+    ncclNetSGE_v9_t,
+    size = 24,
+    align = 8,
+    mhandle = 0,
+    address = 8,
+    size = 16
+);
 
 /// Every net ABI version NCCL 2.30 loads, newest first (its `dlsym` order).
 pub const VERSIONS: [u32; 7] = [12, 11, 10, 9, 8, 7, 6];

@@ -55,7 +55,8 @@ pub struct ncclNet_v6_t {
     /// `devices(ndev)`.
     pub devices: Option<Devices>,
     /// `getProperties(dev, props)`.
-    pub getProperties: Option<unsafe extern "C" fn(dev: c_int, props: *mut ncclNetProperties_v6_t) -> NcclResult>,
+    pub getProperties:
+        Option<unsafe extern "C" fn(dev: c_int, props: *mut ncclNetProperties_v6_t) -> NcclResult>,
     /// `listen(dev, handle, listenComm)`.
     pub listen: Option<ListenV6>,
     /// `connect(dev, handle, sendComm)`, non-blocking.

@@ -78,8 +78,12 @@ pub struct ncclNet_v9_t {
     /// `devices(ndev)`.
     pub devices: Option<Devices>,
     /// `getProperties(dev, props)`.
-    pub getProperties:
-        Option<unsafe extern "C" fn(dev: c_int, props: *mut ncclNetProperties_v9_t) -> crate::raw::common::NcclResult>,
+    pub getProperties: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            props: *mut ncclNetProperties_v9_t,
+        ) -> crate::raw::common::NcclResult,
+    >,
     /// `listen(dev, handle, listenComm)`.
     pub listen: Option<ListenV6>,
     /// `connect(dev, handle, sendComm, sendDevComm)`, non-blocking.
