@@ -9,7 +9,7 @@ use core::ffi::{c_char, c_int, c_ulong, c_void};
 macro_rules! c_enum {
     (
         $(#[$meta:meta])*
-        $name:ident { $($(#[$cmeta:meta])* $konst:ident = $value:expr => $cname:literal,)* }
+        $name:ident { $($(#[$cmeta:meta])* $konst:ident = $value:expr => $display:literal as $cname:ident,)* }
     ) => {
         $(#[$meta])*
         #[repr(transparent)]
@@ -19,10 +19,13 @@ macro_rules! c_enum {
         impl $name {
             $($(#[$cmeta])* pub const $konst: $name = $name($value);)*
 
-            /// NCCL's C name for this value, or `None` for a value NCCL does not define.
+            /// Every named value with its C identifier (used to generate the C header).
+            pub const C_NAMES: &'static [(&'static str, i32)] = &[$((stringify!($cname), $value),)*];
+
+            /// NCCL's name for this value, or `None` for a value NCCL does not define.
             pub const fn name(self) -> Option<&'static str> {
                 match self.0 {
-                    $(v if v == $value => Some($cname),)*
+                    $(v if v == $value => Some($display),)*
                     _ => None,
                 }
             }
@@ -56,23 +59,23 @@ c_enum! {
     /// `ncclResult_t`: the status every plugin entry point returns (NCCL_ABI.md §1.1).
     NcclResult {
         /// `ncclSuccess`
-        SUCCESS = 0 => "ncclSuccess",
+        SUCCESS = 0 => "ncclSuccess" as ncclSuccess,
         /// `ncclUnhandledCudaError`
-        UNHANDLED_CUDA_ERROR = 1 => "ncclUnhandledCudaError",
+        UNHANDLED_CUDA_ERROR = 1 => "ncclUnhandledCudaError" as ncclUnhandledCudaError,
         /// `ncclSystemError`
-        SYSTEM_ERROR = 2 => "ncclSystemError",
+        SYSTEM_ERROR = 2 => "ncclSystemError" as ncclSystemError,
         /// `ncclInternalError`
-        INTERNAL_ERROR = 3 => "ncclInternalError",
+        INTERNAL_ERROR = 3 => "ncclInternalError" as ncclInternalError,
         /// `ncclInvalidArgument`
-        INVALID_ARGUMENT = 4 => "ncclInvalidArgument",
+        INVALID_ARGUMENT = 4 => "ncclInvalidArgument" as ncclInvalidArgument,
         /// `ncclInvalidUsage`
-        INVALID_USAGE = 5 => "ncclInvalidUsage",
+        INVALID_USAGE = 5 => "ncclInvalidUsage" as ncclInvalidUsage,
         /// `ncclRemoteError`
-        REMOTE_ERROR = 6 => "ncclRemoteError",
+        REMOTE_ERROR = 6 => "ncclRemoteError" as ncclRemoteError,
         /// `ncclInProgress`
-        IN_PROGRESS = 7 => "ncclInProgress",
+        IN_PROGRESS = 7 => "ncclInProgress" as ncclInProgress,
         /// `ncclTimeout` (NCCL core only)
-        TIMEOUT = 8 => "ncclTimeout",
+        TIMEOUT = 8 => "ncclTimeout" as ncclTimeout,
     }
 }
 
@@ -90,17 +93,17 @@ c_enum! {
     /// `ncclDebugLogLevel`.
     LogLevel {
         /// `NCCL_LOG_NONE`
-        NONE = 0 => "NONE",
+        NONE = 0 => "NONE" as NCCL_LOG_NONE,
         /// `NCCL_LOG_VERSION`
-        VERSION = 1 => "VERSION",
+        VERSION = 1 => "VERSION" as NCCL_LOG_VERSION,
         /// `NCCL_LOG_WARN`
-        WARN = 2 => "WARN",
+        WARN = 2 => "WARN" as NCCL_LOG_WARN,
         /// `NCCL_LOG_INFO`
-        INFO = 3 => "INFO",
+        INFO = 3 => "INFO" as NCCL_LOG_INFO,
         /// `NCCL_LOG_ABORT`
-        ABORT = 4 => "ABORT",
+        ABORT = 4 => "ABORT" as NCCL_LOG_ABORT,
         /// `NCCL_LOG_TRACE`
-        TRACE = 5 => "TRACE",
+        TRACE = 5 => "TRACE" as NCCL_LOG_TRACE,
     }
 }
 
@@ -200,29 +203,29 @@ c_enum! {
     /// `ncclDataType_t` (NCCL_ABI.md §1.4).
     DataType {
         /// `ncclInt8` / `ncclChar`
-        INT8 = 0 => "ncclInt8",
+        INT8 = 0 => "ncclInt8" as ncclInt8,
         /// `ncclUint8`
-        UINT8 = 1 => "ncclUint8",
+        UINT8 = 1 => "ncclUint8" as ncclUint8,
         /// `ncclInt32` / `ncclInt`
-        INT32 = 2 => "ncclInt32",
+        INT32 = 2 => "ncclInt32" as ncclInt32,
         /// `ncclUint32`
-        UINT32 = 3 => "ncclUint32",
+        UINT32 = 3 => "ncclUint32" as ncclUint32,
         /// `ncclInt64`
-        INT64 = 4 => "ncclInt64",
+        INT64 = 4 => "ncclInt64" as ncclInt64,
         /// `ncclUint64`
-        UINT64 = 5 => "ncclUint64",
+        UINT64 = 5 => "ncclUint64" as ncclUint64,
         /// `ncclFloat16` / `ncclHalf`
-        FLOAT16 = 6 => "ncclFloat16",
+        FLOAT16 = 6 => "ncclFloat16" as ncclFloat16,
         /// `ncclFloat32` / `ncclFloat`
-        FLOAT32 = 7 => "ncclFloat32",
+        FLOAT32 = 7 => "ncclFloat32" as ncclFloat32,
         /// `ncclFloat64` / `ncclDouble`
-        FLOAT64 = 8 => "ncclFloat64",
+        FLOAT64 = 8 => "ncclFloat64" as ncclFloat64,
         /// `ncclBfloat16`
-        BFLOAT16 = 9 => "ncclBfloat16",
+        BFLOAT16 = 9 => "ncclBfloat16" as ncclBfloat16,
         /// `ncclFloat8e4m3`
-        FLOAT8E4M3 = 10 => "ncclFloat8e4m3",
+        FLOAT8E4M3 = 10 => "ncclFloat8e4m3" as ncclFloat8e4m3,
         /// `ncclFloat8e5m2`
-        FLOAT8E5M2 = 11 => "ncclFloat8e5m2",
+        FLOAT8E5M2 = 11 => "ncclFloat8e5m2" as ncclFloat8e5m2,
     }
 }
 
@@ -246,15 +249,15 @@ c_enum! {
     /// `ncclRedOp_t` (NCCL_ABI.md §1.4).
     RedOp {
         /// `ncclSum`
-        SUM = 0 => "ncclSum",
+        SUM = 0 => "ncclSum" as ncclSum,
         /// `ncclProd`
-        PROD = 1 => "ncclProd",
+        PROD = 1 => "ncclProd" as ncclProd,
         /// `ncclMax`
-        MAX = 2 => "ncclMax",
+        MAX = 2 => "ncclMax" as ncclMax,
         /// `ncclMin`
-        MIN = 3 => "ncclMin",
+        MIN = 3 => "ncclMin" as ncclMin,
         /// `ncclAvg`
-        AVG = 4 => "ncclAvg",
+        AVG = 4 => "ncclAvg" as ncclAvg,
     }
 }
 
@@ -267,27 +270,27 @@ c_enum! {
     /// `ncclFunc_t` (NCCL_ABI.md §4.1). Tuners are only called with 0…4.
     Func {
         /// `ncclFuncBroadcast`
-        BROADCAST = 0 => "Broadcast",
+        BROADCAST = 0 => "Broadcast" as ncclFuncBroadcast,
         /// `ncclFuncReduce`
-        REDUCE = 1 => "Reduce",
+        REDUCE = 1 => "Reduce" as ncclFuncReduce,
         /// `ncclFuncAllGather`
-        ALL_GATHER = 2 => "AllGather",
+        ALL_GATHER = 2 => "AllGather" as ncclFuncAllGather,
         /// `ncclFuncReduceScatter`
-        REDUCE_SCATTER = 3 => "ReduceScatter",
+        REDUCE_SCATTER = 3 => "ReduceScatter" as ncclFuncReduceScatter,
         /// `ncclFuncAllReduce`
-        ALL_REDUCE = 4 => "AllReduce",
+        ALL_REDUCE = 4 => "AllReduce" as ncclFuncAllReduce,
         /// `ncclFuncSendRecv`
-        SEND_RECV = 5 => "SendRecv",
+        SEND_RECV = 5 => "SendRecv" as ncclFuncSendRecv,
         /// `ncclFuncSend`
-        SEND = 6 => "Send",
+        SEND = 6 => "Send" as ncclFuncSend,
         /// `ncclFuncRecv`
-        RECV = 7 => "Recv",
+        RECV = 7 => "Recv" as ncclFuncRecv,
         /// `ncclFuncAlltoAll` (core only)
-        ALL_TO_ALL = 8 => "AlltoAll",
+        ALL_TO_ALL = 8 => "AlltoAll" as ncclFuncAlltoAll,
         /// `ncclFuncScatter` (core only)
-        SCATTER = 9 => "Scatter",
+        SCATTER = 9 => "Scatter" as ncclFuncScatter,
         /// `ncclFuncGather` (core only)
-        GATHER = 10 => "Gather",
+        GATHER = 10 => "Gather" as ncclFuncGather,
     }
 }
 
@@ -303,21 +306,21 @@ c_enum! {
     /// Algorithm ids (`NCCL_ALGO_*`, NCCL_ABI.md §4.1).
     Algorithm {
         /// `NCCL_ALGO_UNDEF`
-        UNDEF = -1 => "UNDEF",
+        UNDEF = -1 => "UNDEF" as NCCL_ALGO_UNDEF,
         /// `NCCL_ALGO_TREE`
-        TREE = 0 => "TREE",
+        TREE = 0 => "TREE" as NCCL_ALGO_TREE,
         /// `NCCL_ALGO_RING`
-        RING = 1 => "RING",
+        RING = 1 => "RING" as NCCL_ALGO_RING,
         /// `NCCL_ALGO_COLLNET_DIRECT`
-        COLLNET_DIRECT = 2 => "COLLNET_DIRECT",
+        COLLNET_DIRECT = 2 => "COLLNET_DIRECT" as NCCL_ALGO_COLLNET_DIRECT,
         /// `NCCL_ALGO_COLLNET_CHAIN`
-        COLLNET_CHAIN = 3 => "COLLNET_CHAIN",
+        COLLNET_CHAIN = 3 => "COLLNET_CHAIN" as NCCL_ALGO_COLLNET_CHAIN,
         /// `NCCL_ALGO_NVLS`
-        NVLS = 4 => "NVLS",
+        NVLS = 4 => "NVLS" as NCCL_ALGO_NVLS,
         /// `NCCL_ALGO_NVLS_TREE`
-        NVLS_TREE = 5 => "NVLS_TREE",
+        NVLS_TREE = 5 => "NVLS_TREE" as NCCL_ALGO_NVLS_TREE,
         /// `NCCL_ALGO_PAT`
-        PAT = 6 => "PAT",
+        PAT = 6 => "PAT" as NCCL_ALGO_PAT,
     }
 }
 
@@ -330,13 +333,13 @@ c_enum! {
     /// Protocol ids (`NCCL_PROTO_*`, NCCL_ABI.md §4.1).
     Protocol {
         /// `NCCL_PROTO_UNDEF`
-        UNDEF = -1 => "UNDEF",
+        UNDEF = -1 => "UNDEF" as NCCL_PROTO_UNDEF,
         /// `NCCL_PROTO_LL`
-        LL = 0 => "LL",
+        LL = 0 => "LL" as NCCL_PROTO_LL,
         /// `NCCL_PROTO_LL128`
-        LL128 = 1 => "LL128",
+        LL128 = 1 => "LL128" as NCCL_PROTO_LL128,
         /// `NCCL_PROTO_SIMPLE`
-        SIMPLE = 2 => "SIMPLE",
+        SIMPLE = 2 => "SIMPLE" as NCCL_PROTO_SIMPLE,
     }
 }
 

@@ -91,51 +91,59 @@ pub type ncclNvlDomainInfo_v6_t = ncclNvlDomainInfo_v5_t;
 pub type ncclTunerConstants_v6_t = ncclTunerConstants_v5_t;
 
 /// `getCollInfo` of v3: `(ctx, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto, nChannels)`.
-pub type GetCollInfoV3 = unsafe extern "C" fn(
-    context: *mut c_void,
-    collType: Func,
-    nBytes: usize,
-    numPipeOps: c_int,
-    collCostTable: *mut *mut f32,
-    numAlgo: c_int,
-    numProto: c_int,
-    nChannels: *mut c_int,
-) -> NcclResult;
+pub type GetCollInfoV3 = Option<
+    unsafe extern "C" fn(
+        context: *mut c_void,
+        collType: Func,
+        nBytes: usize,
+        numPipeOps: c_int,
+        collCostTable: *mut *mut f32,
+        numAlgo: c_int,
+        numProto: c_int,
+        nChannels: *mut c_int,
+    ) -> NcclResult,
+>;
 
 /// `getCollInfo` of v4–v6: v3 plus `regBuff` before `nChannels`.
-pub type GetCollInfoV4 = unsafe extern "C" fn(
-    context: *mut c_void,
-    collType: Func,
-    nBytes: usize,
-    numPipeOps: c_int,
-    collCostTable: *mut *mut f32,
-    numAlgo: c_int,
-    numProto: c_int,
-    regBuff: c_int,
-    nChannels: *mut c_int,
-) -> NcclResult;
+pub type GetCollInfoV4 = Option<
+    unsafe extern "C" fn(
+        context: *mut c_void,
+        collType: Func,
+        nBytes: usize,
+        numPipeOps: c_int,
+        collCostTable: *mut *mut f32,
+        numAlgo: c_int,
+        numProto: c_int,
+        regBuff: c_int,
+        nChannels: *mut c_int,
+    ) -> NcclResult,
+>;
 
 /// `init` of v2–v4: context out-pointer **last**.
-pub type InitV2 = unsafe extern "C" fn(
-    nRanks: usize,
-    nNodes: usize,
-    logFunction: ncclDebugLogger_t,
-    context: *mut *mut c_void,
-) -> NcclResult;
+pub type InitV2 = Option<
+    unsafe extern "C" fn(
+        nRanks: usize,
+        nNodes: usize,
+        logFunction: ncclDebugLogger_t,
+        context: *mut *mut c_void,
+    ) -> NcclResult,
+>;
 
 /// `init` of v5/v6: context out-pointer **first**, plus commId, NVL info and constants.
-pub type InitV5 = unsafe extern "C" fn(
-    context: *mut *mut c_void,
-    commId: u64,
-    nRanks: usize,
-    nNodes: usize,
-    logFunction: ncclDebugLogger_t,
-    nvlDomainInfo: *mut ncclNvlDomainInfo_v5_t,
-    constants: *mut ncclTunerConstants_v5_t,
-) -> NcclResult;
+pub type InitV5 = Option<
+    unsafe extern "C" fn(
+        context: *mut *mut c_void,
+        commId: u64,
+        nRanks: usize,
+        nNodes: usize,
+        logFunction: ncclDebugLogger_t,
+        nvlDomainInfo: *mut ncclNvlDomainInfo_v5_t,
+        constants: *mut ncclTunerConstants_v5_t,
+    ) -> NcclResult,
+>;
 
 /// `destroy(ctx)` (v2–v4) / `finalize(ctx)` (v5/v6).
-pub type Finalize = unsafe extern "C" fn(context: *mut c_void) -> NcclResult;
+pub type TunerFinalize = Option<unsafe extern "C" fn(context: *mut c_void) -> NcclResult>;
 
 /// `ncclTuner_v1_t` (NCCL 2.19–2.20): process-global, no context. 32 bytes.
 #[repr(C)]
@@ -184,7 +192,7 @@ pub struct ncclTuner_v2_t {
     /// Tuner name (data).
     pub name: *const c_char,
     /// `init(nRanks, nNodes, logFunction, context)`.
-    pub init: Option<InitV2>,
+    pub init: InitV2,
     /// `getCollInfo(context, collType, nBytes, collNetSupport, nvlsSupport, numPipeOps, algorithm, protocol, nChannels)`.
     pub getCollInfo: Option<
         unsafe extern "C" fn(
@@ -200,7 +208,7 @@ pub struct ncclTuner_v2_t {
         ) -> NcclResult,
     >,
     /// `destroy(context)`.
-    pub destroy: Option<Finalize>,
+    pub destroy: TunerFinalize,
 }
 assert_layout!(
     ncclTuner_v2_t,
@@ -219,11 +227,11 @@ pub struct ncclTuner_v3_t {
     /// Tuner name (data).
     pub name: *const c_char,
     /// `init(nRanks, nNodes, logFunction, context)`.
-    pub init: Option<InitV2>,
+    pub init: InitV2,
     /// `getCollInfo(context, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto, nChannels)`.
-    pub getCollInfo: Option<GetCollInfoV3>,
+    pub getCollInfo: GetCollInfoV3,
     /// `destroy(context)`.
-    pub destroy: Option<Finalize>,
+    pub destroy: TunerFinalize,
 }
 assert_layout!(
     ncclTuner_v3_t,
@@ -242,11 +250,11 @@ pub struct ncclTuner_v4_t {
     /// Tuner name (data).
     pub name: *const c_char,
     /// `init(nRanks, nNodes, logFunction, context)`.
-    pub init: Option<InitV2>,
+    pub init: InitV2,
     /// `getCollInfo(context, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto, regBuff, nChannels)`.
-    pub getCollInfo: Option<GetCollInfoV4>,
+    pub getCollInfo: GetCollInfoV4,
     /// `destroy(context)`.
-    pub destroy: Option<Finalize>,
+    pub destroy: TunerFinalize,
 }
 assert_layout!(
     ncclTuner_v4_t,
@@ -265,11 +273,11 @@ pub struct ncclTuner_v5_t {
     /// Tuner name (data).
     pub name: *const c_char,
     /// `init(context, commId, nRanks, nNodes, logFunction, nvlDomainInfo, constants)`.
-    pub init: Option<InitV5>,
+    pub init: InitV5,
     /// As v4.
-    pub getCollInfo: Option<GetCollInfoV4>,
+    pub getCollInfo: GetCollInfoV4,
     /// `finalize(context)`.
-    pub finalize: Option<Finalize>,
+    pub finalize: TunerFinalize,
 }
 assert_layout!(
     ncclTuner_v5_t,
@@ -282,15 +290,17 @@ assert_layout!(
 );
 
 /// `getChunkSize(context, collType, nBytes, algo, proto, nChannels, chunkSize)` (v6).
-pub type GetChunkSize = unsafe extern "C" fn(
-    context: *mut c_void,
-    collType: Func,
-    nBytes: usize,
-    algo: c_int,
-    proto: c_int,
-    nChannels: c_int,
-    chunkSize: *mut usize,
-) -> NcclResult;
+pub type GetChunkSize = Option<
+    unsafe extern "C" fn(
+        context: *mut c_void,
+        collType: Func,
+        nBytes: usize,
+        algo: c_int,
+        proto: c_int,
+        nChannels: c_int,
+        chunkSize: *mut usize,
+    ) -> NcclResult,
+>;
 
 /// `ncclTuner_v6_t` (NCCL 2.30, current): v5 plus optional `getChunkSize`. 40 bytes.
 #[repr(C)]
@@ -299,13 +309,13 @@ pub struct ncclTuner_v6_t {
     /// Tuner name (data).
     pub name: *const c_char,
     /// `init(context, commId, nRanks, nNodes, logFunction, nvlDomainInfo, constants)`.
-    pub init: Option<InitV5>,
+    pub init: InitV5,
     /// As v4.
-    pub getCollInfo: Option<GetCollInfoV4>,
+    pub getCollInfo: GetCollInfoV4,
     /// `finalize(context)`.
-    pub finalize: Option<Finalize>,
+    pub finalize: TunerFinalize,
     /// `getChunkSize(…)`, optional (NULL allowed).
-    pub getChunkSize: Option<GetChunkSize>,
+    pub getChunkSize: GetChunkSize,
 }
 assert_layout!(
     ncclTuner_v6_t,

@@ -29,11 +29,11 @@ pub const NCCL_NET_OPTIONAL_RECV_COMPLETION: usize = 0x1;
 /// `NCCL_NET_MULTI_REQUEST`.
 pub const NCCL_NET_MULTI_REQUEST: usize = 0x2;
 /// `NCCL_MAX_NET_SIZE_BYTES`: the largest maxP2pBytes/maxCollBytes NCCL accepts (1 TiB).
-pub const NCCL_MAX_NET_SIZE_BYTES: usize = 1 << 40;
+pub const NCCL_MAX_NET_SIZE_BYTES: usize = 1_099_511_627_776;
 /// `MAX_NET_SIZE`: maxP2pBytes the shims report for pre-v9 plugins (1 GiB).
-pub const MAX_NET_SIZE: usize = 1 << 30;
+pub const MAX_NET_SIZE: usize = 1_073_741_824;
 /// `MAX_COLLNET_SIZE`: maxCollBytes the shims report for pre-v9 plugins (512 MiB).
-pub const MAX_COLLNET_SIZE: usize = 512 << 20;
+pub const MAX_COLLNET_SIZE: usize = 536_870_912;
 /// `NCCL_NET_MAX_PLUGINS`: net plugin slots per process.
 pub const NCCL_NET_MAX_PLUGINS: usize = 16;
 /// `NCCL_NET_MAX_DEVS_PER_NIC_V11`: `devs[]` length in VDeviceProps v9–v11.
@@ -59,15 +59,15 @@ c_enum! {
     /// `ncclNetDeviceType` (NCCL_ABI.md §2.1).
     NetDeviceType {
         /// `NCCL_NET_DEVICE_HOST`
-        HOST = 0 => "HOST",
+        HOST = 0 => "HOST" as NCCL_NET_DEVICE_HOST,
         /// `NCCL_NET_DEVICE_UNPACK`
-        UNPACK = 1 => "UNPACK",
+        UNPACK = 1 => "UNPACK" as NCCL_NET_DEVICE_UNPACK,
         /// `NCCL_NET_DEVICE_GIN_PROXY`
-        GIN_PROXY = 2 => "GIN_PROXY",
+        GIN_PROXY = 2 => "GIN_PROXY" as NCCL_NET_DEVICE_GIN_PROXY,
         /// `NCCL_NET_DEVICE_GIN_GDAKI`
-        GIN_GDAKI = 3 => "GIN_GDAKI",
+        GIN_GDAKI = 3 => "GIN_GDAKI" as NCCL_NET_DEVICE_GIN_GDAKI,
         /// `NCCL_NET_DEVICE_GIN_GPI` (core only)
-        GIN_GPI = 4 => "GIN_GPI",
+        GIN_GPI = 4 => "GIN_GPI" as NCCL_NET_DEVICE_GIN_GPI,
     }
 }
 

@@ -16,9 +16,9 @@ pub struct ncclNet_v10_t {
     /// Plugin name (data, not a function); compared case-insensitively with `NCCL_NET`.
     pub name: *const c_char,
     /// `init(logFunction, profFunction)`.
-    pub init: Option<InitV10>,
+    pub init: InitV10,
     /// `devices(ndev)`.
-    pub devices: Option<Devices>,
+    pub devices: Devices,
     /// `getProperties(dev, props)`; v10 properties are the v9 struct.
     pub getProperties: Option<
         unsafe extern "C" fn(
@@ -27,35 +27,35 @@ pub struct ncclNet_v10_t {
         ) -> crate::raw::common::NcclResult,
     >,
     /// `listen(dev, handle, listenComm)`.
-    pub listen: Option<ListenV6>,
+    pub listen: ListenV6,
     /// `connect(dev, config, handle, sendComm, sendDevComm)`, non-blocking.
-    pub connect: Option<ConnectV10>,
+    pub connect: ConnectV10,
     /// `accept(listenComm, recvComm, recvDevComm)`, non-blocking.
-    pub accept: Option<AcceptV7>,
+    pub accept: AcceptV7,
     /// `regMr` with a `size_t` size.
-    pub regMr: Option<RegMrV8>,
+    pub regMr: RegMrV8,
     /// `regMrDmaBuf(comm, data, size, type, offset, fd, mhandle)`.
-    pub regMrDmaBuf: Option<RegMrDmaBuf>,
+    pub regMrDmaBuf: RegMrDmaBuf,
     /// `deregMr(comm, mhandle)`.
-    pub deregMr: Option<DeregMr>,
+    pub deregMr: DeregMr,
     /// `isend` with a profiler handle.
-    pub isend: Option<IsendV10>,
+    pub isend: IsendV10,
     /// `irecv` with profiler handles.
-    pub irecv: Option<IrecvV10>,
+    pub irecv: IrecvV10,
     /// `iflush(recvComm, n, data, sizes, mhandles, request)`.
-    pub iflush: Option<Iflush>,
+    pub iflush: Iflush,
     /// `test(request, done, sizes)`.
-    pub test: Option<Test>,
+    pub test: Test,
     /// `closeSend(sendComm)`.
-    pub closeSend: Option<Close>,
+    pub closeSend: Close,
     /// `closeRecv(recvComm)`.
-    pub closeRecv: Option<Close>,
+    pub closeRecv: Close,
     /// `closeListen(listenComm)`.
-    pub closeListen: Option<Close>,
+    pub closeListen: Close,
     /// `getDeviceMr(comm, mhandle, dptr_mhandle)` (optional).
-    pub getDeviceMr: Option<GetDeviceMr>,
+    pub getDeviceMr: GetDeviceMr,
     /// `irecvConsumed(recvComm, n, request)` (optional).
-    pub irecvConsumed: Option<IrecvConsumed>,
+    pub irecvConsumed: IrecvConsumed,
     /// `makeVDevice(d, props)` (optional): fuse devices into a virtual NIC.
     pub makeVDevice: Option<
         unsafe extern "C" fn(

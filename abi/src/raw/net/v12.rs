@@ -83,9 +83,9 @@ pub struct ncclNet_v12_t {
     /// Plugin name (data, not a function); compared case-insensitively with `NCCL_NET`.
     pub name: *const c_char,
     /// `init(ctx, commId, config, logFunction, profFunction)`, once per communicator.
-    pub init: Option<InitV11>,
+    pub init: InitV11,
     /// `devices(ndev)`.
-    pub devices: Option<Devices>,
+    pub devices: Devices,
     /// `getProperties(dev, props)`.
     pub getProperties: Option<
         unsafe extern "C" fn(
@@ -94,35 +94,35 @@ pub struct ncclNet_v12_t {
         ) -> crate::raw::common::NcclResult,
     >,
     /// `listen(ctx, dev, handle, listenComm)`.
-    pub listen: Option<ListenV11>,
+    pub listen: ListenV11,
     /// `connect(ctx, dev, handle, sendComm, sendDevComm)`, non-blocking.
-    pub connect: Option<ConnectV11>,
+    pub connect: ConnectV11,
     /// `accept(listenComm, recvComm, recvDevComm)`, non-blocking.
-    pub accept: Option<AcceptV7>,
+    pub accept: AcceptV7,
     /// `regMr(comm, data, size, type, mhandle)`.
-    pub regMr: Option<RegMrV8>,
+    pub regMr: RegMrV8,
     /// `regMrDmaBuf(comm, data, size, type, offset, fd, mhandle)`.
-    pub regMrDmaBuf: Option<RegMrDmaBuf>,
+    pub regMrDmaBuf: RegMrDmaBuf,
     /// `deregMr(comm, mhandle)`.
-    pub deregMr: Option<DeregMr>,
+    pub deregMr: DeregMr,
     /// `isend(sendComm, data, size, tag, mhandle, phandle, request)`.
-    pub isend: Option<IsendV10>,
+    pub isend: IsendV10,
     /// `irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request)`.
-    pub irecv: Option<IrecvV10>,
+    pub irecv: IrecvV10,
     /// `iflush(recvComm, n, data, sizes, mhandles, request)`.
-    pub iflush: Option<Iflush>,
+    pub iflush: Iflush,
     /// `test(request, done, sizes)`.
-    pub test: Option<Test>,
+    pub test: Test,
     /// `closeSend(sendComm)`.
-    pub closeSend: Option<Close>,
+    pub closeSend: Close,
     /// `closeRecv(recvComm)`.
-    pub closeRecv: Option<Close>,
+    pub closeRecv: Close,
     /// `closeListen(listenComm)`.
-    pub closeListen: Option<Close>,
+    pub closeListen: Close,
     /// `getDeviceMr(comm, mhandle, dptr_mhandle)` (optional).
-    pub getDeviceMr: Option<GetDeviceMr>,
+    pub getDeviceMr: GetDeviceMr,
     /// `irecvConsumed(recvComm, n, request)` (optional).
-    pub irecvConsumed: Option<IrecvConsumed>,
+    pub irecvConsumed: IrecvConsumed,
     /// `makeVDevice(d, props)` (optional): fuse devices into a virtual NIC.
     pub makeVDevice: Option<
         unsafe extern "C" fn(
@@ -131,9 +131,9 @@ pub struct ncclNet_v12_t {
         ) -> crate::raw::common::NcclResult,
     >,
     /// `finalize(ctx)`: required, called when a communicator releases the net.
-    pub finalize: Option<Finalize>,
+    pub finalize: Finalize,
     /// `setNetAttr(ctx, netAttr)` (optional).
-    pub setNetAttr: Option<SetNetAttr>,
+    pub setNetAttr: SetNetAttr,
 }
 assert_layout!(
     ncclNet_v12_t,

@@ -51,38 +51,38 @@ pub struct ncclNet_v6_t {
     /// Plugin name (data, not a function); compared case-insensitively with `NCCL_NET`.
     pub name: *const c_char,
     /// `init(logFunction)`.
-    pub init: Option<InitV6>,
+    pub init: InitV6,
     /// `devices(ndev)`.
-    pub devices: Option<Devices>,
+    pub devices: Devices,
     /// `getProperties(dev, props)`.
     pub getProperties:
         Option<unsafe extern "C" fn(dev: c_int, props: *mut ncclNetProperties_v6_t) -> NcclResult>,
     /// `listen(dev, handle, listenComm)`.
-    pub listen: Option<ListenV6>,
+    pub listen: ListenV6,
     /// `connect(dev, handle, sendComm)`, non-blocking.
-    pub connect: Option<ConnectV6>,
+    pub connect: ConnectV6,
     /// `accept(listenComm, recvComm)`, non-blocking.
-    pub accept: Option<AcceptV6>,
+    pub accept: AcceptV6,
     /// `regMr` with an `int` size.
-    pub regMr: Option<RegMrV6>,
+    pub regMr: RegMrV6,
     /// `regMrDmaBuf(comm, data, size, type, offset, fd, mhandle)` (new in v6).
-    pub regMrDmaBuf: Option<RegMrDmaBuf>,
+    pub regMrDmaBuf: RegMrDmaBuf,
     /// `deregMr(comm, mhandle)`.
-    pub deregMr: Option<DeregMr>,
+    pub deregMr: DeregMr,
     /// `isend` with an `int` size.
-    pub isend: Option<IsendV6>,
+    pub isend: IsendV6,
     /// `irecv` with `int` sizes.
-    pub irecv: Option<IrecvV6>,
+    pub irecv: IrecvV6,
     /// `iflush(recvComm, n, data, sizes, mhandles, request)`.
-    pub iflush: Option<Iflush>,
+    pub iflush: Iflush,
     /// `test(request, done, sizes)`.
-    pub test: Option<Test>,
+    pub test: Test,
     /// `closeSend(sendComm)`.
-    pub closeSend: Option<Close>,
+    pub closeSend: Close,
     /// `closeRecv(recvComm)`.
-    pub closeRecv: Option<Close>,
+    pub closeRecv: Close,
     /// `closeListen(listenComm)`.
-    pub closeListen: Option<Close>,
+    pub closeListen: Close,
 }
 assert_layout!(
     ncclNet_v6_t,

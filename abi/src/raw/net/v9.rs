@@ -74,9 +74,9 @@ pub struct ncclNet_v9_t {
     /// Plugin name (data, not a function); compared case-insensitively with `NCCL_NET`.
     pub name: *const c_char,
     /// `init(logFunction)`.
-    pub init: Option<InitV6>,
+    pub init: InitV6,
     /// `devices(ndev)`.
-    pub devices: Option<Devices>,
+    pub devices: Devices,
     /// `getProperties(dev, props)`.
     pub getProperties: Option<
         unsafe extern "C" fn(
@@ -85,35 +85,35 @@ pub struct ncclNet_v9_t {
         ) -> crate::raw::common::NcclResult,
     >,
     /// `listen(dev, handle, listenComm)`.
-    pub listen: Option<ListenV6>,
+    pub listen: ListenV6,
     /// `connect(dev, handle, sendComm, sendDevComm)`, non-blocking.
-    pub connect: Option<ConnectV7>,
+    pub connect: ConnectV7,
     /// `accept(listenComm, recvComm, recvDevComm)`, non-blocking.
-    pub accept: Option<AcceptV7>,
+    pub accept: AcceptV7,
     /// `regMr` with a `size_t` size.
-    pub regMr: Option<RegMrV8>,
+    pub regMr: RegMrV8,
     /// `regMrDmaBuf(comm, data, size, type, offset, fd, mhandle)`.
-    pub regMrDmaBuf: Option<RegMrDmaBuf>,
+    pub regMrDmaBuf: RegMrDmaBuf,
     /// `deregMr(comm, mhandle)`.
-    pub deregMr: Option<DeregMr>,
+    pub deregMr: DeregMr,
     /// `isend` with a `size_t` size.
-    pub isend: Option<IsendV9>,
+    pub isend: IsendV9,
     /// `irecv` with `size_t` sizes.
-    pub irecv: Option<IrecvV9>,
+    pub irecv: IrecvV9,
     /// `iflush(recvComm, n, data, sizes, mhandles, request)`.
-    pub iflush: Option<Iflush>,
+    pub iflush: Iflush,
     /// `test(request, done, sizes)`.
-    pub test: Option<Test>,
+    pub test: Test,
     /// `closeSend(sendComm)`.
-    pub closeSend: Option<Close>,
+    pub closeSend: Close,
     /// `closeRecv(recvComm)`.
-    pub closeRecv: Option<Close>,
+    pub closeRecv: Close,
     /// `closeListen(listenComm)`.
-    pub closeListen: Option<Close>,
+    pub closeListen: Close,
     /// `getDeviceMr(comm, mhandle, dptr_mhandle)` (optional).
-    pub getDeviceMr: Option<GetDeviceMr>,
+    pub getDeviceMr: GetDeviceMr,
     /// `irecvConsumed(recvComm, n, request)` (optional).
-    pub irecvConsumed: Option<IrecvConsumed>,
+    pub irecvConsumed: IrecvConsumed,
     /// `makeVDevice(d, props)` (optional): fuse devices into a virtual NIC.
     pub makeVDevice: Option<
         unsafe extern "C" fn(
