@@ -3,6 +3,9 @@
 //! the plugin keeps working afterwards. The plugin is exported into this test binary
 //! with the same macros vendors use.
 
+// Every unsafe call below is an NCCL-convention call into the plugin under test.
+#![allow(clippy::undocumented_unsafe_blocks)]
+
 use std::ffi::{CStr, c_int, c_void};
 use std::ptr::null_mut;
 

@@ -1,6 +1,9 @@
 //! The packaged tuner template through the v1–v6 tables, as NCCL calls them: the
 //! flat float[7][3] cost table between canaries, only supported entries touched.
 
+// Every unsafe call below is an NCCL-convention call into the plugin under test.
+#![allow(clippy::undocumented_unsafe_blocks)]
+
 use std::ffi::{c_int, c_void};
 
 use cclkit_abi::raw::common::{Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, NcclResult, Protocol};

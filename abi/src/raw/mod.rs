@@ -8,6 +8,8 @@
 //! ([`common::NcclResult`], [`common::DataType`], …), never Rust enums: a value
 //! outside a Rust enum's range would be undefined behaviour.
 #![allow(non_camel_case_types, non_snake_case)]
+// The tables mirror C function-pointer fields one for one.
+#![allow(clippy::type_complexity)]
 
 pub mod collnet;
 pub mod common;

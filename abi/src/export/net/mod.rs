@@ -135,6 +135,7 @@ impl<T: Net> NetState<T> {
     }
 
     /// v11+ `finalize`: close the context; drop the instance after the last one.
+    #[allow(clippy::boxed_local)] // the box is what NCCL held; it is unpacked here
     pub(crate) fn close_context(&self, ctx: Box<CtxBox<T>>) -> Result<()> {
         let CtxBox { plugin, ctx, .. } = *ctx;
         let closed = plugin.close_context(ctx);
