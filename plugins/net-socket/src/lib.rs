@@ -1,221 +1,170 @@
-//! TCP socket net plugin for NCCL/RCCL (`cclkit-socket`).
+//! `cclkit-socket`: a TCP net plugin for NCCL/RCCL, host memory only.
 //!
-//! Bootstrap version: one TCP stream per comm and one helper thread per direction.
-//! The multi-stream data path replaces this; the exported symbols stay the same.
+//! Built as `libnccl-net-cclkit-socket.so` (and the RCCL name) it is found with
+//! `NCCL_NET_PLUGIN=cclkit-socket`; as an rlib it is `cclkit`'s built-in fallback.
 //!
-//! Wire format per message: an 8-byte little-endian size, then the payload.
+//! Compared with NCCL's built-in Socket transport:
+//! * several TCP streams per comm, moved by helper threads the comm owns (counts
+//!   from `NCCL_SOCKET_NTHREADS`/`NCCL_NSOCKS_PERTHREAD`, else chosen from the
+//!   interface); large messages are striped over them, small ones ride on the
+//!   control stream with their header, written and read by the proxy thread;
+//! * per-stream state machines on both sides: a partial header or payload is kept,
+//!   never lost (NCCL's inline path can desynchronise, NCCL_ABI.md §5.1);
+//! * grouped receives (`maxRecvs` up to 8) with clear-to-send records, matched by
+//!   tag as NCCL's IB transport does;
+//! * every connection must present the listen's random magic; a message larger
+//!   than its receive, or a peer that dies, fails the request with a message
+//!   naming the peer, and closing a comm joins its threads and closes its sockets.
+//!
+//! Modules: [`config`] (environment), [`iface`] (devices), [`wire`] (bytes on the
+//! wire), `connect`/`listen` (connection setup), `send`/`recv` (control streams),
+//! `worker` (helper threads), `comm` (shared state), `slots` (requests).
 
 use std::ffi::CStr;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 
 use cclkit_abi::net::{
     Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
 };
 use cclkit_abi::raw::common::{ptr, subsys};
+use cclkit_abi::raw::net::{MAX_COLLNET_SIZE, MAX_NET_SIZE, NCCL_NET_MAX_REQUESTS};
 use cclkit_abi::{Error, Result, export_net, nccl_info, nccl_warn};
 
-/// The plugin: one device bound to one IP address.
+mod comm;
+pub mod config;
+mod connect;
+pub mod iface;
+mod listen;
+mod recv;
+mod send;
+mod slots;
+mod sys;
+pub mod wire;
+mod worker;
+
+use comm::{Comm, Control, Dir, Health, Parts};
+use config::Config;
+use connect::Connecting;
+use iface::Device;
+use listen::Listen;
+use recv::RecvCtl;
+use send::SendCtl;
+use slots::{Outcome, Request};
+use wire::HandleInfo;
+
+/// A device and the streams its comms use.
+#[derive(Debug, Clone)]
+struct Nic {
+    dev: Device,
+    /// Helper threads per comm.
+    threads: usize,
+    /// Data streams per comm (threads × sockets per thread).
+    streams: usize,
+}
+
+/// The plugin: the configuration and the usable interfaces.
 pub struct SocketNet {
-    ip: IpAddr,
+    cfg: Config,
+    nics: Vec<Nic>,
 }
 
-/// Handle payload: [0..8] magic, [8] family (4/6), [9..25] IP, [25..27] port (BE).
-fn write_handle(handle: &mut NetHandle, magic: u64, addr: SocketAddr) {
-    let p = handle.payload_mut();
-    p[0..8].copy_from_slice(&magic.to_le_bytes());
-    match addr.ip() {
-        IpAddr::V4(v4) => {
-            p[8] = 4;
-            p[9..13].copy_from_slice(&v4.octets());
-        }
-        IpAddr::V6(v6) => {
-            p[8] = 6;
-            p[9..25].copy_from_slice(&v6.octets());
-        }
-    }
-    p[25..27].copy_from_slice(&addr.port().to_be_bytes());
+/// A listening endpoint: the socket, the magic, and what the comm will be made of.
+pub struct ListenComm {
+    inner: Listen,
+    threads: usize,
+    max_recvs: usize,
 }
 
-fn read_handle(handle: &NetHandle) -> Result<(u64, SocketAddr)> {
-    let p = handle.payload();
-    let magic = u64::from_le_bytes(p[0..8].try_into().map_err(|_| Error::internal("handle"))?);
-    let port = u16::from_be_bytes([p[25], p[26]]);
-    let ip = match p[8] {
-        4 => IpAddr::from(<[u8; 4]>::try_from(&p[9..13]).map_err(|_| Error::internal("handle"))?),
-        6 => IpAddr::from(<[u8; 16]>::try_from(&p[9..25]).map_err(|_| Error::internal("handle"))?),
-        f => {
-            return Err(Error::invalid_argument(format!(
-                "bad handle: address family byte {f}"
-            )));
-        }
-    };
-    Ok((magic, SocketAddr::new(ip, port)))
-}
-
-/// A listening socket and the magic every connection must present.
-pub struct Listen {
-    listener: TcpListener,
-    magic: u64,
-}
-
-/// A request's state: 0 pending, `DONE | size` done, `FAILED` failed.
-struct ReqState {
-    word: AtomicU64,
-    error: Mutex<Option<String>>,
-}
-
-const DONE: u64 = 1 << 63;
-const FAILED: u64 = 1 << 62;
-
-impl ReqState {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            word: AtomicU64::new(0),
-            error: Mutex::new(None),
+impl SocketNet {
+    fn nic(&self, dev: usize) -> Result<&Nic> {
+        self.nics.get(dev).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "device {dev} out of range ({} devices)",
+                self.nics.len()
+            ))
         })
     }
-    fn finish(&self, result: std::result::Result<usize, String>) {
-        match result {
-            Ok(n) => self.word.store(DONE | n as u64, Ordering::Release),
-            Err(e) => {
-                if let Ok(mut slot) = self.error.lock() {
-                    *slot = Some(e);
-                }
-                self.word.store(FAILED, Ordering::Release);
-            }
-        }
-    }
 }
 
-/// An in-flight send or receive.
-pub struct Request(Arc<ReqState>);
-
-/// Work for a helper thread: a buffer and where to report.
-struct Job {
-    buf: Buf,
-    state: Arc<ReqState>,
+fn streams_for(cfg: &Config, dev: &Device) -> (usize, usize) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (auto_threads, auto_socks) = iface::auto_streams(dev, cpus);
+    let threads = cfg.nthreads.unwrap_or(auto_threads);
+    let socks = cfg.socks_per_thread.unwrap_or(auto_socks);
+    let streams = (threads * socks).min(wire::MAX_STREAMS);
+    (threads, streams)
 }
-
-/// One direction of a connection: the socket and its helper thread.
-pub struct Conn {
-    jobs: Option<Sender<Job>>,
-    stream: TcpStream,
-    worker: Option<JoinHandle<()>>,
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        // Closing the channel ends the worker's loop; shutting the socket down
-        // unblocks it if it waits on the peer. Then nothing of the comm remains.
-        self.jobs = None;
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
-    }
-}
-
-fn spawn(stream: &TcpStream, name: &str, work: fn(&mut TcpStream, Receiver<Job>)) -> Result<Conn> {
-    let mut io = stream.try_clone().map_err(|e| Error::io("dup socket", e))?;
-    let (tx, rx) = channel();
-    let worker = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || work(&mut io, rx))
-        .map_err(|e| Error::io("spawn helper thread", e))?;
-    let stream = stream.try_clone().map_err(|e| Error::io("dup socket", e))?;
-    Ok(Conn {
-        jobs: Some(tx),
-        stream,
-        worker: Some(worker),
-    })
-}
-
-fn send_loop(stream: &mut TcpStream, jobs: Receiver<Job>) {
-    for job in jobs {
-        // SAFETY: NCCL keeps the buffer valid and untouched until this request completes.
-        let data = unsafe { job.buf.as_slice() };
-        let result = stream
-            .write_all(&(data.len() as u64).to_le_bytes())
-            .and_then(|()| stream.write_all(data))
-            .map(|()| data.len())
-            .map_err(|e| format!("send to peer failed: {e}"));
-        let failed = result.is_err();
-        job.state.finish(result);
-        if failed {
-            break;
-        }
-    }
-}
-
-fn recv_loop(stream: &mut TcpStream, jobs: Receiver<Job>) {
-    for job in jobs {
-        let mut header = [0u8; 8];
-        let result = stream
-            .read_exact(&mut header)
-            .map_err(|e| format!("peer closed or failed: {e}"))
-            .and_then(|()| {
-                let size = u64::from_le_bytes(header) as usize;
-                if size > job.buf.len() {
-                    return Err(format!(
-                        "message truncated: peer sent {size} bytes, receive posted {}",
-                        job.buf.len()
-                    ));
-                }
-                // SAFETY: NCCL keeps the buffer valid and untouched until this request completes.
-                let dst = unsafe { job.buf.as_mut_slice() };
-                stream
-                    .read_exact(&mut dst[..size])
-                    .map(|()| size)
-                    .map_err(|e| format!("peer failed mid-message: {e}"))
-            });
-        let failed = result.is_err();
-        job.state.finish(result);
-        if failed {
-            break;
-        }
-    }
-}
-
-/// A connect that is still in progress: the connecting thread reports here.
-struct PendingConnect(Receiver<std::io::Result<TcpStream>>);
 
 impl Net for SocketNet {
     const NAME: &'static CStr = c"cclkit-socket";
     type Context = ();
-    type ListenComm = Listen;
-    type SendComm = Conn;
-    type RecvComm = Conn;
+    type ListenComm = ListenComm;
+    type SendComm = Comm;
+    type RecvComm = Comm;
     type Mr = ();
-    type Request = Box<Request>;
+    type Request = Request;
 
-    fn init(_: &InitArgs) -> Result<Self> {
-        let ip = match std::env::var("CCLKIT_SOCKET_IP") {
-            Ok(s) => s.parse().map_err(|_| {
-                Error::invalid_argument(format!("CCLKIT_SOCKET_IP={s} is not an IP address"))
-            })?,
-            Err(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        };
-        nccl_info!(
-            subsys::NET | subsys::INIT,
-            "cclkit-socket: one device on {ip}"
-        );
-        Ok(Self { ip })
+    fn init(_args: &InitArgs) -> Result<Self> {
+        let (cfg, warnings) = Config::from_env()?;
+        for w in warnings {
+            nccl_warn!("{w}");
+        }
+        let devices = iface::discover(cfg.ifname.as_deref(), cfg.family)?;
+        if devices.is_empty() {
+            return Err(Error::system(format!(
+                "cclkit-socket: no usable IP interface (NCCL_SOCKET_IFNAME={}, \
+                 NCCL_SOCKET_FAMILY={:?})",
+                cfg.ifname.as_deref().unwrap_or("unset"),
+                cfg.family
+            )));
+        }
+        let nics: Vec<Nic> = devices
+            .into_iter()
+            .map(|dev| {
+                let (threads, streams) = streams_for(&cfg, &dev);
+                Nic {
+                    dev,
+                    threads,
+                    streams,
+                }
+            })
+            .collect();
+        nccl_info!(subsys::NET | subsys::INIT, "cclkit-socket: {cfg}");
+        for (i, n) in nics.iter().enumerate() {
+            nccl_info!(
+                subsys::NET | subsys::INIT,
+                "cclkit-socket: dev {i} {} {} speed {} Mb/s, {} helper threads, {} data streams \
+                 per comm",
+                n.dev.name,
+                n.dev.addr,
+                n.dev
+                    .speed_mbps
+                    .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                n.threads,
+                n.streams
+            );
+        }
+        Ok(Self { cfg, nics })
     }
 
     fn devices(&self) -> usize {
-        1
+        self.nics.len()
     }
 
-    fn properties(&self, _dev: usize) -> Result<Properties> {
+    fn properties(&self, dev: usize) -> Result<Properties> {
+        let n = self.nic(dev)?;
         Ok(Properties {
-            name: format!("socket-{}", self.ip),
-            ..Properties::host("cclkit-socket")
+            pci_path: n.dev.pci_path.clone(),
+            guid: dev as u64,
+            speed_mbps: n
+                .dev
+                .speed_mbps
+                .map_or(10_000, |s| i32::try_from(s).unwrap_or(i32::MAX)),
+            max_recvs: self.cfg.max_recvs as i32,
+            // `test` reports sizes as int: keep every transfer well below 2 GiB.
+            max_p2p_bytes: MAX_NET_SIZE,
+            max_coll_bytes: MAX_COLLNET_SIZE,
+            ..Properties::host(n.dev.name.clone())
         })
     }
 
@@ -223,157 +172,152 @@ impl Net for SocketNet {
         Ok(())
     }
 
-    fn listen(&self, _: &(), _dev: usize, handle: &mut NetHandle) -> Result<Listen> {
-        let listener = TcpListener::bind((self.ip, 0)).map_err(|e| Error::io("bind", e))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("set_nonblocking", e))?;
-        let magic = random_magic();
-        write_handle(
-            handle,
+    fn listen(&self, _ctx: &(), dev: usize, handle: &mut NetHandle) -> Result<ListenComm> {
+        let n = self.nic(dev)?;
+        let bind = match n.dev.addr {
+            IpAddr::V4(a) => SocketAddr::new(IpAddr::V4(a), 0),
+            IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(a, 0, 0, n.dev.scope_id)),
+        };
+        let magic = sys::random_u64().map_err(|e| Error::io("getrandom", e))?;
+        let inner = Listen::bind(bind, magic, 1 + n.streams, self.cfg.connect_timeout)?;
+        HandleInfo {
             magic,
-            listener
-                .local_addr()
-                .map_err(|e| Error::io("local_addr", e))?,
-        );
-        Ok(Listen { listener, magic })
-    }
-
-    fn connect(&self, _: &(), _dev: usize, handle: &mut NetHandle) -> Result<Option<Conn>> {
-        let pending = match handle.take_pending::<PendingConnect>() {
-            Some(p) => p,
-            None => {
-                // First call: connect on a short-lived thread so this call never blocks.
-                let (magic, addr) = read_handle(handle)?;
-                let (tx, rx) = channel();
-                std::thread::spawn(move || {
-                    let r = TcpStream::connect_timeout(&addr, Duration::from_secs(30)).and_then(
-                        |mut s| {
-                            s.set_nodelay(true)?;
-                            s.write_all(&magic.to_le_bytes())?;
-                            Ok(s)
-                        },
-                    );
-                    let _ = tx.send(r);
-                });
-                Box::new(PendingConnect(rx))
-            }
-        };
-        match pending.0.try_recv() {
-            Ok(Ok(stream)) => Ok(Some(spawn(&stream, "cclkit-sock-send", send_loop)?)),
-            Ok(Err(e)) => Err(Error::remote(format!("connect: {e}"))),
-            Err(TryRecvError::Empty) => {
-                handle.set_pending(pending);
-                Ok(None)
-            }
-            Err(TryRecvError::Disconnected) => Err(Error::internal("connect thread vanished")),
+            addr: inner.local_addr()?,
+            nstreams: n.streams,
+            max_recvs: self.cfg.max_recvs,
         }
+        .write(handle);
+        Ok(ListenComm {
+            inner,
+            threads: n.threads,
+            max_recvs: self.cfg.max_recvs,
+        })
     }
 
-    fn accept(&self, listen: &mut Listen) -> Result<Option<Conn>> {
-        let (mut stream, peer) = match listen.listener.accept() {
-            Ok(s) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(Error::io("accept", e)),
+    fn connect(&self, _ctx: &(), dev: usize, handle: &mut NetHandle) -> Result<Option<Comm>> {
+        let n = self.nic(dev)?;
+        let mut pending = match handle.take_pending::<Connecting>() {
+            Some(p) => p,
+            None => Box::new(Connecting::start(
+                HandleInfo::read(handle)?,
+                self.cfg.connect_timeout,
+            )?),
         };
-        stream
-            .set_nonblocking(false)
-            .map_err(|e| Error::io("set_nonblocking", e))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(|e| Error::io("set_read_timeout", e))?;
-        let mut magic = [0u8; 8];
-        if stream.read_exact(&mut magic).is_err() || u64::from_le_bytes(magic) != listen.magic {
-            nccl_warn!("cclkit-socket: dropped a connection from {peer} without the listen magic");
+        if !pending.progress()? {
+            handle.set_pending(pending);
             return Ok(None);
         }
-        stream
-            .set_read_timeout(None)
-            .map_err(|e| Error::io("set_read_timeout", e))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| Error::io("set_nodelay", e))?;
-        Ok(Some(spawn(&stream, "cclkit-sock-recv", recv_loop)?))
+        let info = pending.info;
+        let mut socks = pending.into_sockets().into_iter();
+        let control = socks
+            .next()
+            .ok_or_else(|| Error::internal("connect produced no control socket"))?;
+        let lanes: Vec<_> = socks.collect();
+        nodelay(std::iter::once(&control).chain(&lanes))?;
+        let slots = NCCL_NET_MAX_REQUESTS * info.max_recvs;
+        Comm::start(Parts {
+            dir: Dir::Send,
+            peer: info.addr.to_string(),
+            control: Control::Send(SendCtl::new(
+                control,
+                self.cfg.inline_bytes,
+                self.cfg.min_chunk,
+                info.max_recvs > 1,
+                slots,
+            )),
+            lanes,
+            threads: n.threads.max(1),
+            slots,
+        })
+        .map(Some)
+    }
+
+    fn accept(&self, listen: &mut ListenComm) -> Result<Option<Comm>> {
+        let Some(acc) = listen.inner.accept()? else {
+            return Ok(None);
+        };
+        let mut socks = acc.socks.into_iter();
+        let control = socks
+            .next()
+            .ok_or_else(|| Error::internal("accept produced no control socket"))?;
+        let lanes: Vec<_> = socks.collect();
+        nodelay(std::iter::once(&control).chain(&lanes))?;
+        Comm::start(Parts {
+            dir: Dir::Recv,
+            peer: acc.peer.to_string(),
+            control: Control::Recv(RecvCtl::new(
+                control,
+                listen.max_recvs,
+                NCCL_NET_MAX_REQUESTS,
+            )),
+            lanes,
+            threads: listen.threads.max(1),
+            slots: NCCL_NET_MAX_REQUESTS,
+        })
+        .map(Some)
     }
 
     fn reg_mr(&self, _comm: CommRef<'_, Self>, region: MemRegion) -> Result<()> {
         if region.kind != ptr::HOST {
             return Err(Error::internal(format!(
-                "cclkit-socket registers host memory only (type {})",
-                region.kind
+                "cclkit-socket moves host memory only (NCCL_PTR_HOST); refusing to register \
+                 {} bytes at {:#x} of pointer type {} (NCCL_PTR_CUDA = GPU memory needs a \
+                 GPUDirect-capable transport)",
+                region.len, region.addr, region.kind
             )));
         }
         Ok(())
     }
 
-    fn isend(
-        &self,
-        comm: &mut Conn,
-        buf: Buf,
-        _tag: i32,
-        _mr: Option<&()>,
-    ) -> Result<Option<Box<Request>>> {
-        post(comm, buf)
+    fn isend(&self, comm: &mut Comm, buf: Buf, tag: i32, _mr: Option<&()>) -> Result<Option<Request>> {
+        send::isend(comm.core(), buf, tag)
     }
 
     fn irecv(
         &self,
-        comm: &mut Conn,
+        comm: &mut Comm,
         bufs: &[RecvBuf<'_, ()>],
-        _optional: bool,
-    ) -> Result<Option<Box<Request>>> {
-        match bufs {
-            [one] => post(comm, one.buf),
-            _ => Err(Error::invalid_argument(format!(
-                "cclkit-socket receives one buffer at a time, got {}",
-                bufs.len()
-            ))),
-        }
+        _optional_completion: bool,
+    ) -> Result<Option<Request>> {
+        recv::irecv(comm.core(), bufs)
     }
 
-    fn test(request: &mut Box<Request>, sizes: &mut Sizes<'_>) -> Result<bool> {
-        let word = request.0.word.load(Ordering::Acquire);
-        if word & FAILED != 0 {
-            let msg = request
-                .0
-                .error
-                .lock()
-                .ok()
-                .and_then(|e| e.clone())
-                .unwrap_or_default();
-            return Err(Error::remote(msg));
+    fn test(request: &mut Request, sizes: &mut Sizes<'_>) -> Result<bool> {
+        if let Some(done) = finished(request, sizes)? {
+            return Ok(done);
         }
-        if word & DONE == 0 {
-            return Ok(false);
+        let core = request.core();
+        core.progress();
+        if let Some(done) = finished(request, sizes)? {
+            return Ok(done);
         }
-        sizes.set(0, (word & !DONE) as usize)?;
-        Ok(true)
+        match core.health() {
+            Health::Ok | Health::Failing => Ok(false),
+            Health::Failed(message) => Err(Error::remote(message)),
+        }
     }
 }
 
-fn post(comm: &mut Conn, buf: Buf) -> Result<Option<Box<Request>>> {
-    let state = ReqState::new();
-    let jobs = comm
-        .jobs
-        .as_ref()
-        .ok_or_else(|| Error::invalid_usage("connection closed"))?;
-    jobs.send(Job {
-        buf,
-        state: Arc::clone(&state),
-    })
-    .map_err(|_| Error::remote("connection failed earlier; no more transfers"))?;
-    Ok(Some(Box::new(Request(state))))
+/// `Some(true)` with sizes reported when done, an error when failed, else `None`.
+fn finished(request: &Request, sizes: &mut Sizes<'_>) -> Result<Option<bool>> {
+    match request.outcome() {
+        Outcome::Pending => Ok(None),
+        Outcome::Done => {
+            for (i, size) in request.sizes().enumerate() {
+                sizes.set(i, size)?;
+            }
+            Ok(Some(true))
+        }
+        Outcome::Failed(message) => Err(Error::invalid_usage(message)),
+    }
 }
 
-fn random_magic() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
+fn nodelay<'a>(socks: impl Iterator<Item = &'a std::net::TcpStream>) -> Result<()> {
+    for s in socks {
+        s.set_nodelay(true)
+            .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
+    }
+    Ok(())
 }
 
 export_net!(SocketNet);

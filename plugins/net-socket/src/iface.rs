@@ -1,0 +1,325 @@
+//! Device discovery: usable IP interfaces chosen the way NCCL chooses them, and the
+//! facts about each that the properties and the stream auto-tuning need.
+
+use std::ffi::CStr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use cclkit_abi::{Error, Result};
+
+use crate::config::Family;
+
+/// One usable interface (a net device of the plugin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// Interface name (`eth0`).
+    pub name: String,
+    /// The address listens bind to and peers connect to.
+    pub addr: IpAddr,
+    /// IPv6 scope (interface index) for link-scoped addresses, else 0.
+    pub scope_id: u32,
+    /// Link speed from `/sys/class/net/<if>/speed` (Mbps), `None` when unknown.
+    pub speed_mbps: Option<u32>,
+    /// Realpath of `/sys/class/net/<if>/device`, `None` for virtual interfaces.
+    pub pci_path: Option<String>,
+    /// PCI vendor id of that device (auto-tuning: AWS ENA, GCP gVNIC).
+    pub pci_vendor: Option<u16>,
+    /// True for the loopback interface.
+    pub loopback: bool,
+}
+
+/// One parsed entry of an `NCCL_SOCKET_IFNAME` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct IfEntry {
+    name: String,
+    port: Option<u16>,
+}
+
+/// A parsed `NCCL_SOCKET_IFNAME` value: `[^][=]name[:port],name…`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfList {
+    exclude: bool,
+    exact: bool,
+    entries: Vec<IfEntry>,
+}
+
+impl IfList {
+    /// Parses NCCL's syntax: `^` excludes, `=` matches whole names, else prefixes.
+    pub fn parse(spec: &str) -> Self {
+        let mut s = spec.trim();
+        let exclude = s.starts_with('^');
+        if exclude {
+            s = &s[1..];
+        }
+        let exact = s.starts_with('=');
+        if exact {
+            s = &s[1..];
+        }
+        let entries = s
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| match e.split_once(':') {
+                Some((name, port)) => IfEntry {
+                    name: name.to_owned(),
+                    port: port.parse().ok(),
+                },
+                None => IfEntry {
+                    name: e.to_owned(),
+                    port: None,
+                },
+            })
+            .collect();
+        Self {
+            exclude,
+            exact,
+            entries,
+        }
+    }
+
+    /// Whether interface `name` is selected by this list.
+    pub fn selects(&self, name: &str) -> bool {
+        // NCCL: an empty list matches everything; the ports of entries are only
+        // used when matching a listen port, never for interface selection.
+        let hit = self.entries.is_empty()
+            || self.entries.iter().any(|e| {
+                if self.exact {
+                    e.name == name
+                } else {
+                    name.starts_with(&e.name)
+                }
+            });
+        hit != self.exclude
+    }
+}
+
+/// An address of an interface as `getifaddrs` reports it.
+#[derive(Debug, Clone)]
+pub struct IfAddr {
+    /// Interface name.
+    pub name: String,
+    /// The address.
+    pub addr: IpAddr,
+    /// IPv6 scope id.
+    pub scope_id: u32,
+    /// `IFF_UP && IFF_RUNNING`.
+    pub up: bool,
+    /// `IFF_LOOPBACK`.
+    pub loopback: bool,
+}
+
+/// Lists the IPv4/IPv6 addresses of every interface, in `getifaddrs` order.
+pub fn interface_addresses() -> Result<Vec<IfAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `head` is a valid out-pointer; freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(Error::io("getifaddrs", std::io::Error::last_os_error()));
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` walks the list getifaddrs returned, which stays valid until freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: ifa_addr is non-NULL and starts with the family field.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let (addr, scope_id) = match family {
+            libc::AF_INET => {
+                // SAFETY: the family says this is a sockaddr_in.
+                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+                (
+                    IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())),
+                    0,
+                )
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says this is a sockaddr_in6.
+                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+                (
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                    sin6.sin6_scope_id,
+                )
+            }
+            _ => continue,
+        };
+        let flags = ifa.ifa_flags;
+        out.push(IfAddr {
+            name,
+            addr,
+            scope_id,
+            up: flags & libc::IFF_UP as u32 != 0 && flags & libc::IFF_RUNNING as u32 != 0,
+            loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
+        });
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// Picks one address per selected interface (IPv4 first, no IPv6 link-local).
+pub fn select(addrs: &[IfAddr], list: &IfList, family: Option<Family>) -> Vec<IfAddr> {
+    let mut picked: Vec<IfAddr> = Vec::new();
+    for want_v4 in [true, false] {
+        for a in addrs {
+            if !a.up || a.addr.is_ipv4() != want_v4 || !list.selects(&a.name) {
+                continue;
+            }
+            match (family, a.addr) {
+                (Some(Family::V4), IpAddr::V6(_)) | (Some(Family::V6), IpAddr::V4(_)) => continue,
+                // Link-local IPv6 needs a scope on every peer; NCCL skips it too.
+                (_, IpAddr::V6(v6)) if v6.segments()[0] & 0xffc0 == 0xfe80 => continue,
+                _ => {}
+            }
+            if !picked.iter().any(|p| p.name == a.name) {
+                picked.push(a.clone());
+            }
+        }
+    }
+    picked
+}
+
+/// The interfaces NCCL would pick: the user's list, else `ib*`, else anything but
+/// docker/loopback/virbr, else docker, else loopback.
+pub fn discover(ifname: Option<&str>, family: Option<Family>) -> Result<Vec<Device>> {
+    let addrs = interface_addresses()?;
+    let picked = match ifname {
+        Some(spec) => select(&addrs, &IfList::parse(spec), family),
+        None => ["ib", "^docker,lo,virbr", "docker", "lo"]
+            .iter()
+            .map(|spec| select(&addrs, &IfList::parse(spec), family))
+            .find(|found| !found.is_empty())
+            .unwrap_or_default(),
+    };
+    Ok(picked.into_iter().map(describe).collect())
+}
+
+/// Reads the sysfs facts about one interface.
+fn describe(a: IfAddr) -> Device {
+    let base = Path::new("/sys/class/net").join(&a.name);
+    let speed_mbps = std::fs::read_to_string(base.join("speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&s| s > 0)
+        .and_then(|s| u32::try_from(s).ok());
+    let device = base.join("device");
+    let pci_path = std::fs::canonicalize(&device)
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    let pci_vendor = std::fs::read_to_string(device.join("vendor"))
+        .ok()
+        .and_then(|s| u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok());
+    Device {
+        name: a.name,
+        addr: a.addr,
+        scope_id: a.scope_id,
+        speed_mbps,
+        pci_path,
+        pci_vendor,
+        loopback: a.loopback,
+    }
+}
+
+/// PCI vendor of AWS ENA NICs (NCCL: 2 threads × 8 sockets).
+const VENDOR_AWS: u16 = 0x1d0f;
+/// PCI vendor of GCP gVNIC NICs (NCCL: 4 threads × 1 socket).
+const VENDOR_GCP: u16 = 0x1ae0;
+
+/// Default `(threads, sockets per thread)` for a device when the user set neither.
+///
+/// NCCL's cloud-vendor rules, else by link speed, never more helper threads than
+/// CPUs: one stream cannot fill a fast link (a core copies roughly 20–40 Gb/s
+/// through TCP), and more threads than cores only adds switching.
+pub fn auto_streams(dev: &Device, cpus: usize) -> (usize, usize) {
+    let (threads, socks) = match dev.pci_vendor {
+        Some(VENDOR_AWS) => (2, 8),
+        Some(VENDOR_GCP) => (4, 1),
+        _ if dev.loopback => (2, 1),
+        _ => match dev.speed_mbps.unwrap_or(10_000) {
+            s if s >= 100_000 => (4, 2),
+            s if s >= 25_000 => (2, 2),
+            _ => (1, 2),
+        },
+    };
+    (threads.min(cpus.max(1)), socks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(name: &str, ip: &str, up: bool) -> IfAddr {
+        IfAddr {
+            name: name.to_owned(),
+            addr: ip.parse().unwrap(),
+            scope_id: 0,
+            up,
+            loopback: name == "lo",
+        }
+    }
+
+    #[test]
+    fn nccl_ifname_syntax() {
+        let l = IfList::parse("eth,ib0");
+        assert!(l.selects("eth0") && l.selects("eth12") && l.selects("ib0"));
+        assert!(!l.selects("ib1") && !l.selects("lo"));
+        let l = IfList::parse("^docker,lo");
+        assert!(l.selects("eth0") && !l.selects("docker0") && !l.selects("lo"));
+        let l = IfList::parse("=eth0");
+        assert!(l.selects("eth0") && !l.selects("eth01"));
+        let l = IfList::parse("^=eth0:5000");
+        assert!(!l.selects("eth0") && l.selects("eth01"));
+        assert!(IfList::parse("").selects("anything"));
+    }
+
+    #[test]
+    fn selection_prefers_v4_skips_link_local_and_down() {
+        let addrs = vec![
+            addr("eth0", "fe80::1", true),
+            addr("eth0", "fd00::2", true),
+            addr("eth0", "192.0.2.2", true),
+            addr("eth1", "fe80::2", true),
+            addr("eth2", "10.0.0.1", false),
+            addr("lo", "127.0.0.1", true),
+        ];
+        let all = IfList::parse("");
+        let got = select(&addrs, &all, None);
+        let names: Vec<_> = got.iter().map(|a| (a.name.as_str(), a.addr)).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("eth0", "192.0.2.2".parse().unwrap()),
+                ("lo", "127.0.0.1".parse().unwrap())
+            ]
+        );
+        let v6 = select(&addrs, &all, Some(Family::V6));
+        assert_eq!(v6.len(), 1);
+        assert_eq!(v6[0].addr, "fd00::2".parse::<IpAddr>().unwrap());
+        assert!(select(&addrs, &IfList::parse("^eth,lo"), None).is_empty());
+    }
+
+    #[test]
+    fn auto_streams_rules() {
+        let mut d = Device {
+            name: "eth0".into(),
+            addr: "10.0.0.1".parse().unwrap(),
+            scope_id: 0,
+            speed_mbps: Some(100_000),
+            pci_path: None,
+            pci_vendor: Some(VENDOR_AWS),
+            loopback: false,
+        };
+        assert_eq!(auto_streams(&d, 64), (2, 8));
+        d.pci_vendor = None;
+        assert_eq!(auto_streams(&d, 64), (4, 2));
+        assert_eq!(auto_streams(&d, 2), (2, 2));
+        d.speed_mbps = None;
+        assert_eq!(auto_streams(&d, 64), (1, 2));
+    }
+}

@@ -1,0 +1,247 @@
+//! Thin wrappers over the socket system calls the transport needs and `std` lacks.
+//!
+//! Why not `std` alone: a non-blocking `connect`, `sendmsg` with `MSG_NOSIGNAL`
+//! (`std`'s vectored write is `writev`, which raises SIGPIPE in a C host that did
+//! not ignore it), `poll` over several sockets, and `eventfd` wake-ups.
+
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Converts a `-1` return into the thread's `errno`.
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Like [`cvt`] for `ssize_t` returns.
+fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
+    usize::try_from(ret).map_err(|_| io::Error::last_os_error())
+}
+
+/// A `sockaddr_storage` filled from `addr`, with its length.
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is a valid (AF_UNSPEC) value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
+            unsafe { (&raw mut storage).cast::<libc::sockaddr_in>().write(sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
+            unsafe { (&raw mut storage).cast::<libc::sockaddr_in6>().write(sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // Both sizes are small constants that fit socklen_t.
+    (storage, len as libc::socklen_t)
+}
+
+/// Creates a non-blocking, close-on-exec TCP socket and starts connecting it to
+/// `addr`. The connection completes in the background; see [`take_socket_error`].
+pub fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
+    let family = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: plain system call with constant arguments.
+    let fd = cvt(unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let stream = TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
+    let ret = unsafe { libc::connect(fd, (&raw const storage).cast(), len) };
+    if ret < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(err);
+        }
+    }
+    Ok(stream)
+}
+
+/// Reads and clears `SO_ERROR`: `Ok(())` once a non-blocking connect succeeded.
+pub fn take_socket_error(stream: &TcpStream) -> io::Result<()> {
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `err`/`len` are valid out-pointers of the sizes given.
+    cvt(unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&raw mut err).cast(),
+            &mut len,
+        )
+    })?;
+    if err == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(err))
+    }
+}
+
+/// Sends as much of `bufs` as the socket takes now (`MSG_NOSIGNAL | MSG_DONTWAIT`).
+pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec; sendmsg only reads through the pointer.
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len();
+    loop {
+        // SAFETY: `msg` points to `bufs`, valid for the call.
+        let ret = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        match cvt_size(ret) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Sends as much of `buf` as the socket takes now (`MSG_NOSIGNAL | MSG_DONTWAIT`).
+pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for reads of its length.
+        let ret = unsafe {
+            libc::send(
+                fd,
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        match cvt_size(ret) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Receives what is available now into `ptr[..len]` (`MSG_DONTWAIT`); 0 = EOF.
+///
+/// # Safety
+/// `ptr` must be valid for writes of `len` bytes.
+pub unsafe fn recv_raw(fd: RawFd, ptr: *mut u8, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: forwarded contract.
+        let ret = unsafe { libc::recv(fd, ptr.cast(), len, libc::MSG_DONTWAIT) };
+        match cvt_size(ret) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Receives what is available now into `buf` (`MSG_DONTWAIT`); 0 = EOF.
+pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    unsafe { recv_raw(fd, buf.as_mut_ptr(), buf.len()) }
+}
+
+/// `poll(2)`; `timeout_ms` < 0 waits forever. EINTR counts as "nothing ready".
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid array of its length.
+    let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    match cvt(ret) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// A `pollfd` entry for `fd` waiting for `events`.
+pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// A non-blocking eventfd: the doorbell a helper thread sleeps on.
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// Creates the eventfd.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain system call with constant arguments.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Rings the bell. A full counter (impossible in practice) still leaves it readable.
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64. The result is ignored on purpose:
+        // the only failure, EAGAIN on a saturated counter, means it is already set.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// Clears the bell.
+    pub fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64; EAGAIN (already clear) is fine.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut value).cast(), 8) };
+    }
+
+    /// The descriptor to poll for readability.
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// 8 random bytes from the kernel (`getrandom`), for listen magics and nonces.
+pub fn random_u64() -> io::Result<u64> {
+    let mut value: u64 = 0;
+    let mut filled = 0usize;
+    while filled < 8 {
+        // SAFETY: writes at most the remaining bytes of `value`.
+        let ret = unsafe {
+            libc::getrandom(
+                (&raw mut value).cast::<u8>().add(filled).cast(),
+                8 - filled,
+                0,
+            )
+        };
+        match cvt_size(ret) {
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(value)
+}
+
+/// True for errors that mean "try again later" on a non-blocking socket.
+pub fn would_block(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::WouldBlock
+}
