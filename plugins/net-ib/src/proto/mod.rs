@@ -1,0 +1,139 @@
+//! The receiver-driven data path, written once over the [`Nic`] trait.
+//!
+//! Per connection (NCCL_ABI.md §5.2 describes NCCL's own IB transport; this follows
+//! its ideas, not its code):
+//!
+//! 1. `irecv` posts one receive per QP (each catches one immediate), fills one
+//!    [`fifo::FifoElem`] per buffer (address, size, rkey, tag, count, sequence
+//!    number) and RDMA-writes them into the sender's FIFO slot.
+//! 2. `isend` reads its next FIFO slot; until the receiver's entries are there it
+//!    returns no request (NCCL retries). It takes the entry whose tag matches, and
+//!    once every buffer of a grouped receive has its send, RDMA-writes the data, split
+//!    over the QPs in 128-byte-aligned chunks ([`split`]), each QP finishing with a
+//!    WRITE_WITH_IMM ([`imm`]). A grouped receive's per-buffer sizes are written into
+//!    the receiver's size records first, on QP 0.
+//! 3. The receive completes when every QP's immediate has arrived; the send when every
+//!    QP's signaled write has completed.
+//!
+//! Any completion error is fatal to the connection: every pending request fails with
+//! the error, which names the status, the QP and the side.
+
+use std::sync::Arc;
+
+use cclkit_abi::raw::net::MAX_NET_SIZE;
+use cclkit_abi::{Error, Result};
+
+use crate::nic::{Completion, Nic, QpCaps};
+use crate::verbs::sys::wc_status_name;
+
+pub mod endpoint;
+pub mod fifo;
+pub mod imm;
+pub mod mr_cache;
+pub mod recv;
+pub mod request;
+pub mod send;
+pub mod split;
+#[cfg(test)]
+mod tests;
+
+/// Requests in flight per comm (`NCCL_NET_MAX_REQUESTS`): receives posted at once,
+/// and slots of the CTS FIFO.
+pub const MAX_REQUESTS: usize = 32;
+/// Buffers per grouped receive (`NCCL_NET_IB_MAX_RECVS`).
+pub const MAX_RECVS: usize = 8;
+/// Slots a sender may have posted and not yet seen complete.
+pub const MAX_INFLIGHT: usize = 2 * MAX_REQUESTS;
+/// Largest message (NCCL's `MAX_NET_SIZE`, 1 GiB): fits the immediate and `test()`'s
+/// `int` sizes. Reported as `maxP2pBytes`, so NCCL never sends more.
+pub const MAX_MESSAGE: usize = MAX_NET_SIZE;
+/// Most QPs per connection.
+pub const MAX_QPS: usize = 16;
+/// A receiver's CTS writes are unsignaled except one in this many (so its send queue
+/// drains without a completion per write).
+pub const CTS_SIGNAL_EVERY: u64 = 16;
+
+/// Queue sizes of a data QP: a sender slot needs up to `MAX_RECVS` data writes, one
+/// size-record write and one WRITE_WITH_IMM per QP.
+pub const DATA_QP_CAPS: QpCaps = QpCaps {
+    max_send_wr: (MAX_INFLIGHT * (MAX_RECVS + 2)) as u32,
+    max_recv_wr: (2 * MAX_REQUESTS) as u32,
+};
+
+/// Queue sizes of the loopback flush QP.
+pub const FLUSH_QP_CAPS: QpCaps = QpCaps {
+    max_send_wr: (2 * MAX_REQUESTS) as u32,
+    max_recv_wr: 1,
+};
+
+/// CQ depth for `nqps` data QPs (plus a flush QP): every WR can complete, even when
+/// an error flushes them all.
+pub fn cq_depth(nqps: usize) -> u32 {
+    let per_qp = DATA_QP_CAPS.max_send_wr + DATA_QP_CAPS.max_recv_wr;
+    (nqps as u32) * per_qp + FLUSH_QP_CAPS.max_send_wr
+}
+
+/// Where the peer may write: address and rkey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteBuf {
+    /// Address in the peer's memory.
+    pub addr: u64,
+    /// The peer's remote key.
+    pub rkey: u32,
+}
+
+/// Host memory registered with a NIC (the FIFO, staging, size records).
+pub struct Registered<N: Nic> {
+    // Declared first: deregistered before the memory is freed.
+    mr: N::Mr,
+    mem: fifo::HostMem,
+}
+
+impl<N: Nic> Registered<N> {
+    /// `len` zeroed bytes registered on `nic`.
+    pub fn new(nic: &N, len: usize) -> Result<Self> {
+        let mem = fifo::HostMem::new(len)
+            .ok_or_else(|| Error::system(format!("cannot allocate {len} bytes")))?;
+        // SAFETY: `mem` is owned by the returned value and outlives `mr` (field order).
+        let mr = unsafe { nic.reg_mr(mem.addr(), mem.len())? };
+        Ok(Self { mr, mem })
+    }
+
+    /// The memory.
+    pub fn mem(&self) -> &fifo::HostMem {
+        &self.mem
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        N::keys(&self.mr).0
+    }
+
+    /// What a peer needs to write here.
+    pub fn remote(&self) -> RemoteBuf {
+        RemoteBuf {
+            addr: self.mem.addr() as u64,
+            rkey: N::keys(&self.mr).1,
+        }
+    }
+}
+
+/// The error a failed completion makes fatal for its connection.
+pub fn completion_error(side: &str, c: &Completion) -> Error {
+    Error::remote(format!(
+        "NET/cclkit-ib: {side} got completion error {} ({}) on QP {:#x}, wr_id {}, vendor error {:#x}; \
+         the peer died or the fabric failed (check `ibv_devinfo`, cables, NCCL_IB_TIMEOUT)",
+        wc_status_name(c.status),
+        c.status,
+        c.qp_num,
+        c.wr_id,
+        c.vendor_err
+    ))
+}
+
+/// Shared by both sides: every pending request fails with the first fatal error.
+pub(crate) fn fail_cells<'a>(cells: impl Iterator<Item = &'a Arc<request::ReqCell>>) {
+    for c in cells {
+        c.fail();
+    }
+}

@@ -1,0 +1,326 @@
+//! The receiving side: posts receives, writes clear-to-send entries into the
+//! sender's FIFO, completes on the immediates; flushes GPU receives.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use cclkit_abi::{Error, Result};
+
+use super::endpoint::Endpoint;
+use super::fifo::{ELEM_BYTES, FifoElem, SIZES_SLOT_BYTES, SLOT_BYTES, slot_of};
+use super::imm::Imm;
+use super::request::ReqCell;
+use super::{
+    CTS_SIGNAL_EVERY, MAX_MESSAGE, MAX_RECVS, MAX_REQUESTS, Registered, RemoteBuf,
+    completion_error, fail_cells,
+};
+use crate::nic::{Completion, CompletionKind, Nic, Op, SendWr, Sge};
+
+/// One buffer of a (grouped) receive, with the rkey of its registration.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvTarget {
+    /// Start address.
+    pub addr: u64,
+    /// Posted size.
+    pub len: usize,
+    /// Remote key the sender writes with.
+    pub rkey: u32,
+    /// Tag of the matching send.
+    pub tag: i32,
+}
+
+/// A posted receive, until every QP's immediate arrived.
+struct Posted {
+    idx: u64,
+    sizes: [u32; MAX_RECVS],
+    n: usize,
+    events_left: usize,
+    single: Option<u32>,
+    cell: Arc<ReqCell>,
+}
+
+/// The loopback QP that flushes GPU receives with a 1-byte RDMA READ.
+pub struct Flush<N: Nic> {
+    qp: N::Qp,
+    scratch: Registered<N>,
+    pending: VecDeque<(u64, Arc<ReqCell>)>,
+    seq: u64,
+}
+
+impl<N: Nic> Flush<N> {
+    pub(super) fn new(qp: N::Qp, scratch: Registered<N>) -> Self {
+        Self {
+            qp,
+            scratch,
+            pending: VecDeque::new(),
+            seq: 0,
+        }
+    }
+}
+
+/// The receiving half of a connected comm.
+pub struct Receiver<N: Nic> {
+    // The flush QP before the endpoint, whose CQ it completes on.
+    flush: Option<Flush<N>>,
+    ep: Endpoint<N>,
+    cts: Registered<N>,
+    sizes: Registered<N>,
+    remote_fifo: RemoteBuf,
+    /// Sequence number of the last receive posted.
+    tail: u64,
+    slots: Vec<Option<Posted>>,
+    fatal: Option<Error>,
+    completions: Vec<Completion>,
+}
+
+impl<N: Nic> Receiver<N> {
+    pub(super) fn new(
+        ep: Endpoint<N>,
+        cts: Registered<N>,
+        sizes: Registered<N>,
+        flush: Option<Flush<N>>,
+        remote_fifo: RemoteBuf,
+    ) -> Self {
+        Self {
+            flush,
+            ep,
+            cts,
+            sizes,
+            remote_fifo,
+            tail: 0,
+            slots: (0..MAX_REQUESTS).map(|_| None).collect(),
+            fatal: None,
+            completions: Vec::new(),
+        }
+    }
+
+    /// The connection's first fatal error, if any.
+    pub fn fatal(&self) -> Option<&Error> {
+        self.fatal.as_ref()
+    }
+
+    /// Whether GPU receives can be flushed.
+    pub fn can_flush(&self) -> bool {
+        self.flush.is_some()
+    }
+
+    /// Posts a receive of `bufs` (1 … 8) and tells the sender; `Ok(None)` when all
+    /// `MAX_REQUESTS` receives are still in flight (NCCL retries).
+    pub fn irecv(&mut self, bufs: &[RecvTarget]) -> Result<Option<Arc<ReqCell>>> {
+        self.check()?;
+        let n = bufs.len();
+        if !(1..=MAX_RECVS).contains(&n) {
+            return Err(Error::invalid_argument(format!(
+                "irecv of {n} buffers; this plugin takes 1..={MAX_RECVS}"
+            )));
+        }
+        if let Some(b) = bufs.iter().find(|b| b.len > MAX_MESSAGE) {
+            return Err(Error::invalid_argument(format!(
+                "irecv buffer of {} bytes exceeds maxP2pBytes ({MAX_MESSAGE})",
+                b.len
+            )));
+        }
+        let idx = self.tail + 1;
+        let slot = slot_of(idx);
+        if self.slots[slot].is_some() {
+            self.progress()?;
+            if self.slots[slot].is_some() {
+                return Ok(None);
+            }
+        }
+        if let Err(e) = self.post(idx, bufs) {
+            return Err(self.fail(e));
+        }
+        let cell = Arc::new(ReqCell::new(n));
+        let mut sizes = [0u32; MAX_RECVS];
+        for (s, b) in sizes.iter_mut().zip(bufs) {
+            *s = b.len as u32;
+        }
+        self.slots[slot] = Some(Posted {
+            idx,
+            sizes,
+            n,
+            events_left: self.ep.qps.len(),
+            single: None,
+            cell: Arc::clone(&cell),
+        });
+        self.tail = idx;
+        Ok(Some(cell))
+    }
+
+    /// One receive per QP for the immediates, then the CTS write into the sender's FIFO.
+    fn post(&mut self, idx: u64, bufs: &[RecvTarget]) -> Result<()> {
+        for qp in &mut self.ep.qps {
+            self.ep.nic.post_recv(qp, idx)?;
+        }
+        let slot = slot_of(idx);
+        for (r, b) in bufs.iter().enumerate() {
+            self.cts.mem().write_elem(
+                slot,
+                r,
+                FifoElem {
+                    addr: b.addr,
+                    size: b.len as u32,
+                    rkey: b.rkey,
+                    tag: b.tag,
+                    nreqs: bufs.len() as u32,
+                    idx,
+                },
+            );
+        }
+        let wr = SendWr {
+            wr_id: idx,
+            op: Op::Write,
+            local: Some(Sge {
+                addr: (self.cts.mem().addr() + slot * SLOT_BYTES) as u64,
+                len: (bufs.len() * ELEM_BYTES) as u32,
+                lkey: self.cts.lkey(),
+            }),
+            remote_addr: self.remote_fifo.addr + (slot * SLOT_BYTES) as u64,
+            rkey: self.remote_fifo.rkey,
+            signaled: idx % CTS_SIGNAL_EVERY == 0,
+        };
+        self.ep.nic.post_send(&mut self.ep.qps[0], &[wr])
+    }
+
+    /// Flushes a GPU receive that ended in `target` (address, rkey): a 1-byte RDMA
+    /// READ through the loopback QP, which PCIe orders after the data writes.
+    /// `Ok(None)` when there is nothing to flush.
+    pub fn iflush(&mut self, target: Option<(u64, u32)>) -> Result<Option<Arc<ReqCell>>> {
+        self.check()?;
+        let (Some((addr, rkey)), Some(flush)) = (target, self.flush.as_mut()) else {
+            return Ok(None);
+        };
+        flush.seq += 1;
+        let wr = SendWr {
+            wr_id: flush.seq,
+            op: Op::Read,
+            local: Some(Sge {
+                addr: flush.scratch.mem().addr() as u64,
+                len: 1,
+                lkey: flush.scratch.lkey(),
+            }),
+            remote_addr: addr,
+            rkey,
+            signaled: true,
+        };
+        if let Err(e) = self.ep.nic.post_send(&mut flush.qp, &[wr]) {
+            return Err(self.fail(e));
+        }
+        let cell = Arc::new(ReqCell::new(1));
+        flush.pending.push_back((flush.seq, Arc::clone(&cell)));
+        Ok(Some(cell))
+    }
+
+    /// Polls the CQ and completes finished receives and flushes.
+    pub fn progress(&mut self) -> Result<()> {
+        self.check()?;
+        self.completions.clear();
+        if let Err(e) = self
+            .ep
+            .nic
+            .poll_cq(&mut self.ep.cq, &mut self.completions, 64)
+        {
+            return Err(self.fail(e));
+        }
+        for i in 0..self.completions.len() {
+            let c = self.completions[i];
+            if let Err(e) = self.on_completion(&c) {
+                return Err(self.fail(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_completion(&mut self, c: &Completion) -> Result<()> {
+        if c.status != 0 {
+            return Err(completion_error("receiver", c));
+        }
+        match c.kind {
+            CompletionKind::RecvImm(raw) => self.on_imm(c.wr_id, raw),
+            CompletionKind::Read => {
+                let flush = self.flush.as_mut();
+                match flush.and_then(|f| f.pending.pop_front()) {
+                    Some((seq, cell)) if seq == c.wr_id => {
+                        cell.complete(&[0]);
+                        Ok(())
+                    }
+                    _ => Err(Error::internal(format!(
+                        "NET/cclkit-ib: flush completion {} out of order",
+                        c.wr_id
+                    ))),
+                }
+            }
+            // Signaled CTS writes only retire send-queue entries.
+            CompletionKind::Write | CompletionKind::Other(_) => Ok(()),
+        }
+    }
+
+    fn on_imm(&mut self, idx: u64, raw: u32) -> Result<()> {
+        let slot = slot_of(idx);
+        let Some(p) = self.slots[slot].as_mut().filter(|p| p.idx == idx) else {
+            return Err(Error::internal(format!(
+                "NET/cclkit-ib: immediate for receive {idx}, which is not posted"
+            )));
+        };
+        let imm = Imm::decode(raw);
+        if !imm.matches(idx, p.n) {
+            return Err(Error::remote(format!(
+                "NET/cclkit-ib: immediate {raw:#x} does not belong to receive {idx} of {} buffers",
+                p.n
+            )));
+        }
+        if let Imm::Single(size) = imm {
+            if size > p.sizes[0] || p.single.is_some_and(|s| s != size) {
+                return Err(Error::remote(format!(
+                    "NET/cclkit-ib: peer sent {size} bytes into a {}-byte receive",
+                    p.sizes[0]
+                )));
+            }
+            p.single = Some(size);
+        }
+        p.events_left -= 1;
+        if p.events_left > 0 {
+            return Ok(());
+        }
+        let mut got = [0u32; MAX_RECVS];
+        if let Some(size) = p.single {
+            got[0] = size;
+        } else {
+            for (r, g) in got.iter_mut().enumerate().take(p.n) {
+                let v = self
+                    .sizes
+                    .mem()
+                    .load(slot * SIZES_SLOT_BYTES + 8 * r, Ordering::Relaxed);
+                if v > u64::from(p.sizes[r]) {
+                    return Err(Error::remote(format!(
+                        "NET/cclkit-ib: peer sent {v} bytes into buffer {r} ({} bytes) of receive {idx}",
+                        p.sizes[r]
+                    )));
+                }
+                *g = v as u32;
+            }
+        }
+        p.cell.complete(&got[..p.n]);
+        self.slots[slot] = None;
+        Ok(())
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.fatal {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the first fatal error and fails every pending receive and flush.
+    fn fail(&mut self, e: Error) -> Error {
+        let e = self.fatal.get_or_insert(e).clone();
+        fail_cells(self.slots.iter().flatten().map(|p| &p.cell));
+        if let Some(f) = &self.flush {
+            fail_cells(f.pending.iter().map(|(_, c)| c));
+        }
+        e
+    }
+}
