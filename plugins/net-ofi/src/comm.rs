@@ -1,0 +1,272 @@
+//! Connection setup over the shared endpoint (no extra sockets):
+//!
+//! 1. `listen` takes a control id L, posts a receive for connect requests to L
+//!    and publishes {endpoint address, L, nonce} in the handle;
+//! 2. `connect` inserts the listener's address, takes a control id S, posts a
+//!    receive for the reply to S and sends {nonce, S, its address, process id}
+//!    to L; its state waits in the handle (`NetHandle::set_pending`);
+//! 3. `accept` reads the request, checks the nonce, takes a receive comm id R
+//!    and replies {nonce, R, process id} to S;
+//! 4. `connect` sees the reply: data to this peer is tagged with R.
+//!
+//! Every call only posts and polls, so none of them blocks.
+
+use std::sync::Arc;
+
+use cclkit_abi::net::NetHandle;
+use cclkit_abi::{Error, Result, nccl_warn};
+
+use crate::device::Device;
+use crate::engine::{OpId, Poll};
+use crate::proto::{ACCEPT_LEN, AcceptMsg, CONNECT_LEN, ConnectMsg, ListenHandle, random_u64};
+use crate::tags::{Ctrl, Seqs};
+
+/// A listening comm: the posted receive for connect requests.
+pub struct Listen {
+    dev: Arc<Device>,
+    id: u16,
+    nonce: u64,
+    op: OpId,
+}
+
+/// The sending side of a connection.
+pub struct SendComm {
+    /// The device.
+    pub dev: Arc<Device>,
+    /// Connection key in the engine.
+    pub conn: u64,
+    /// The receiver's comm id (data tag space).
+    pub comm_id: u16,
+    /// Per-tag sequence numbers.
+    pub seqs: Seqs,
+}
+
+/// The receiving side of a connection.
+pub struct RecvComm {
+    /// The device.
+    pub dev: Arc<Device>,
+    /// Connection key in the engine.
+    pub conn: u64,
+    /// This comm's id (data tag space).
+    pub comm_id: u16,
+    /// Per-tag sequence numbers.
+    pub seqs: Seqs,
+}
+
+impl Drop for SendComm {
+    fn drop(&mut self) {
+        self.dev.lock().close_conn(self.conn);
+    }
+}
+
+impl Drop for RecvComm {
+    fn drop(&mut self) {
+        self.dev.lock().close_conn(self.conn);
+    }
+}
+
+impl Drop for Listen {
+    fn drop(&mut self) {
+        let mut e = self.dev.lock();
+        e.finish(self.op);
+        e.free_ctrl_id(self.id);
+    }
+}
+
+/// Starts listening on `dev` and fills `handle`.
+pub fn listen(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Listen> {
+    let nonce = random_u64();
+    let mut e = dev.lock();
+    let id = e.alloc_ctrl_id()?;
+    let op = match e.recv_ctrl(Ctrl::Connect, id, CONNECT_LEN) {
+        Ok(op) => op,
+        Err(err) => {
+            e.free_ctrl_id(id);
+            return Err(err);
+        }
+    };
+    drop(e);
+    let l = Listen {
+        dev: Arc::clone(dev),
+        id,
+        nonce,
+        op,
+    };
+    ListenHandle {
+        provider: dev.fingerprint,
+        listen_id: id,
+        nonce,
+        addr: dev.addr.clone(),
+    }
+    .write(handle)?;
+    Ok(l)
+}
+
+/// Polls for the next connect request; `Ok(None)` until one arrives.
+pub fn accept(l: &mut Listen) -> Result<Option<RecvComm>> {
+    let mut e = l.dev.lock();
+    e.progress();
+    let n = match e.poll(l.op) {
+        Poll::Pending => return Ok(None),
+        Poll::Done(n) => n,
+        Poll::Failed(m) => {
+            // A malformed or oversized request must not kill the listener.
+            nccl_warn!(
+                "NET/OFI: dropped a bad connect request on {}: {m}",
+                l.dev.name
+            );
+            e.finish(l.op);
+            l.op = e.recv_ctrl(Ctrl::Connect, l.id, CONNECT_LEN)?;
+            return Ok(None);
+        }
+    };
+    let buf = e.take_buf(l.op).unwrap_or_default();
+    e.finish(l.op);
+    l.op = e.recv_ctrl(Ctrl::Connect, l.id, CONNECT_LEN)?;
+    let msg = match ConnectMsg::decode(&buf[..n.min(buf.len())]) {
+        Some(m) if m.nonce == l.nonce => m,
+        _ => {
+            nccl_warn!(
+                "NET/OFI: ignored a connect request on {} that does not match this listen handle",
+                l.dev.name
+            );
+            return Ok(None);
+        }
+    };
+    let peer = e.peer(&msg.addr)?;
+    let comm_id = e.alloc_data_id()?;
+    let conn = e.add_conn(peer, msg.proc_id, Some(comm_id));
+    let reply = AcceptMsg {
+        nonce: l.nonce,
+        comm_id,
+        proc_id: e.me(),
+    };
+    if let Err(err) = e.send_ctrl_detached(peer, Ctrl::Accept, msg.reply_id, reply.encode()) {
+        e.close_conn(conn);
+        return Err(err.context("NET/OFI accept: reply to the connecting peer"));
+    }
+    drop(e);
+    Ok(Some(RecvComm {
+        dev: Arc::clone(&l.dev),
+        conn,
+        comm_id,
+        seqs: Seqs::default(),
+    }))
+}
+
+/// A connect waiting for its reply; lives in the handle between calls.
+struct PendingConnect {
+    dev: Arc<Device>,
+    reply_id: u16,
+    reply: OpId,
+    request: OpId,
+    peer: u64,
+    nonce: u64,
+}
+
+impl Drop for PendingConnect {
+    fn drop(&mut self) {
+        let mut e = self.dev.lock();
+        e.finish(self.reply);
+        e.finish(self.request);
+        e.free_ctrl_id(self.reply_id);
+    }
+}
+
+/// Connects to the listener in `handle`; `Ok(None)` until it has accepted.
+pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendComm>> {
+    let pending = match handle.take_pending::<PendingConnect>() {
+        Some(p) if Arc::ptr_eq(&p.dev, dev) => p,
+        Some(_) => {
+            return Err(Error::invalid_usage(
+                "NET/OFI connect: called again with this handle on another device",
+            ));
+        }
+        None => start(dev, handle)?,
+    };
+    let mut e = dev.lock();
+    e.progress();
+    if let Poll::Failed(m) = e.poll(pending.request) {
+        return Err(Error::remote(format!(
+            "NET/OFI connect: sending the connect request on {} failed: {m}",
+            dev.name
+        )));
+    }
+    let n = match e.poll(pending.reply) {
+        Poll::Pending => {
+            drop(e);
+            handle.set_pending(pending);
+            return Ok(None);
+        }
+        Poll::Failed(m) => {
+            return Err(Error::remote(format!(
+                "NET/OFI connect: waiting for the reply failed: {m}"
+            )));
+        }
+        Poll::Done(n) => n,
+    };
+    let buf = e.take_buf(pending.reply).unwrap_or_default();
+    let reply = AcceptMsg::decode(&buf[..n.min(buf.len())])
+        .filter(|r| r.nonce == pending.nonce)
+        .ok_or_else(|| Error::remote("NET/OFI connect: malformed reply from the listener"))?;
+    let conn = e.add_conn(pending.peer, reply.proc_id, None);
+    drop(e);
+    // `pending` drops here, returning its control id; the connection stands alone.
+    drop(pending);
+    Ok(Some(SendComm {
+        dev: Arc::clone(dev),
+        conn,
+        comm_id: reply.comm_id,
+        seqs: Seqs::default(),
+    }))
+}
+
+/// First `connect` call: posts the reply receive and sends the request.
+fn start(dev: &Arc<Device>, handle: &NetHandle) -> Result<Box<PendingConnect>> {
+    let h = ListenHandle::read(handle)?;
+    if h.provider != dev.fingerprint {
+        return Err(Error::invalid_usage(format!(
+            "NET/OFI connect: the peer listens with another libfabric provider than this \
+             process (device {}); set the same CCLKIT_OFI_PROVIDER/FI_PROVIDER on every rank",
+            dev.name
+        )));
+    }
+    let mut e = dev.lock();
+    let peer = e
+        .peer(&h.addr)
+        .map_err(|err| err.context("NET/OFI connect: inserting the listener's address"))?;
+    let reply_id = e.alloc_ctrl_id()?;
+    let reply = match e.recv_ctrl(Ctrl::Accept, reply_id, ACCEPT_LEN) {
+        Ok(op) => op,
+        Err(err) => {
+            e.free_ctrl_id(reply_id);
+            return Err(err);
+        }
+    };
+    let msg = ConnectMsg {
+        nonce: h.nonce,
+        reply_id,
+        proc_id: e.me(),
+        addr: dev.addr.clone(),
+    };
+    let request = msg
+        .encode()
+        .and_then(|bytes| e.send_ctrl(peer, Ctrl::Connect, h.listen_id, bytes));
+    let request = match request {
+        Ok(op) => op,
+        Err(err) => {
+            e.finish(reply);
+            e.free_ctrl_id(reply_id);
+            return Err(err);
+        }
+    };
+    drop(e);
+    Ok(Box::new(PendingConnect {
+        dev: Arc::clone(dev),
+        reply_id,
+        reply,
+        request,
+        peer,
+        nonce: h.nonce,
+    }))
+}

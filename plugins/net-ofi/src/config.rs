@@ -1,0 +1,156 @@
+//! Environment settings, read once at `init` (never on the data path).
+//!
+//! | variable | default | meaning |
+//! | --- | --- | --- |
+//! | `CCLKIT_OFI_PROVIDER` | efa, other RDM+TAGGED providers, never `sockets` | comma list of providers in preference order (`shm`, `tcp;ofi_rxm,shm`); `tcp` also matches `tcp;ofi_rxm` |
+//! | `CCLKIT_OFI_IFACE` | all domains but loopback | comma list of domains (NICs) to use, e.g. `lo` or `efa_0-rdm` |
+//! | `CCLKIT_OFI_ADDR` | the domain's own address | node address each endpoint binds to (`fi_getinfo(node, FI_SOURCE)`) |
+//! | `CCLKIT_OFI_MAX_RECVS` | 8 | most buffers in one grouped `irecv` (1–8) |
+//! | `CCLKIT_OFI_LIVENESS_MS` | 1000 | idle time before a waiting comm checks its peer; 0 disables |
+//! | `CCLKIT_OFI_MR_CACHE` | 1 | 0 disables the registration cache |
+//!
+//! `FI_PROVIDER`, `FI_TCP_IFACE`, `FI_LOG_LEVEL`, … are read by libfabric itself.
+
+use cclkit_abi::{Error, Result, nccl_warn};
+
+/// Most buffers one grouped receive may carry (NCCL's IB transport uses 8 too).
+pub const MAX_RECVS_LIMIT: usize = 8;
+
+/// The effective settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Providers in preference order; `None` = the default order.
+    pub providers: Option<Vec<String>>,
+    /// Domains to use; `None` = every domain except loopback (unless it is the only one).
+    pub ifaces: Option<Vec<String>>,
+    /// Node address to bind endpoints to.
+    pub addr: Option<String>,
+    /// Largest grouped receive.
+    pub max_recvs: usize,
+    /// Idle time before a liveness check, in ms (0 = never).
+    pub liveness_ms: u64,
+    /// Registration cache on/off.
+    pub mr_cache: bool,
+}
+
+const KNOWN: &[&str] = &[
+    "CCLKIT_OFI_PROVIDER",
+    "CCLKIT_OFI_IFACE",
+    "CCLKIT_OFI_ADDR",
+    "CCLKIT_OFI_MAX_RECVS",
+    "CCLKIT_OFI_LIVENESS_MS",
+    "CCLKIT_OFI_MR_CACHE",
+];
+
+fn list(value: &str) -> Option<Vec<String>> {
+    let items: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (!items.is_empty()).then_some(items)
+}
+
+fn number(name: &str, value: &str, range: std::ops::RangeInclusive<u64>) -> Result<u64> {
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|v| range.contains(v))
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "{name}={value:?} is not a number in {}..={}",
+                range.start(),
+                range.end()
+            ))
+        })
+}
+
+impl Config {
+    /// Reads the settings from `get` (the process environment in production).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let max_recvs = match get("CCLKIT_OFI_MAX_RECVS") {
+            Some(v) => number("CCLKIT_OFI_MAX_RECVS", &v, 1..=MAX_RECVS_LIMIT as u64)? as usize,
+            None => MAX_RECVS_LIMIT,
+        };
+        let liveness_ms = match get("CCLKIT_OFI_LIVENESS_MS") {
+            Some(v) => number("CCLKIT_OFI_LIVENESS_MS", &v, 0..=3_600_000)?,
+            None => 1000,
+        };
+        let mr_cache = match get("CCLKIT_OFI_MR_CACHE") {
+            Some(v) => number("CCLKIT_OFI_MR_CACHE", &v, 0..=1)? == 1,
+            None => true,
+        };
+        Ok(Self {
+            providers: get("CCLKIT_OFI_PROVIDER").as_deref().and_then(list),
+            ifaces: get("CCLKIT_OFI_IFACE").as_deref().and_then(list),
+            addr: get("CCLKIT_OFI_ADDR")
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty()),
+            max_recvs,
+            liveness_ms,
+            mr_cache,
+        })
+    }
+
+    /// Reads the process environment and warns about unknown `CCLKIT_OFI_*` names.
+    pub fn from_env() -> Result<Self> {
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("CCLKIT_OFI_") && !KNOWN.contains(&name.as_ref()) {
+                nccl_warn!("NET/OFI: ignoring unknown setting {name} (known: {KNOWN:?})");
+            }
+        }
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
+        Config::from_lookup(|k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.providers, None);
+        assert_eq!(c.ifaces, None);
+        assert_eq!(c.max_recvs, 8);
+        assert_eq!(c.liveness_ms, 1000);
+        assert!(c.mr_cache);
+    }
+
+    #[test]
+    fn lists_keep_layered_names() {
+        let c = cfg(&[
+            ("CCLKIT_OFI_PROVIDER", " tcp;ofi_rxm , shm,"),
+            ("CCLKIT_OFI_IFACE", "lo"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.providers,
+            Some(vec!["tcp;ofi_rxm".to_owned(), "shm".to_owned()])
+        );
+        assert_eq!(c.ifaces, Some(vec!["lo".to_owned()]));
+    }
+
+    #[test]
+    fn bad_numbers_are_errors() {
+        assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "9")]).is_err());
+        assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "0")]).is_err());
+        assert!(cfg(&[("CCLKIT_OFI_MR_CACHE", "yes")]).is_err());
+        assert_eq!(
+            cfg(&[("CCLKIT_OFI_LIVENESS_MS", "0")]).unwrap().liveness_ms,
+            0
+        );
+    }
+}

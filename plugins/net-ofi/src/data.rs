@@ -1,0 +1,229 @@
+//! The data path: `isend`/`irecv` post tagged operations on the device endpoint;
+//! `test` drives progress and, while a request waits, the peer liveness check.
+
+use std::sync::Arc;
+
+use cclkit_abi::net::{Buf, RecvBuf, Sizes};
+use cclkit_abi::{Error, Result};
+
+use crate::comm::{RecvComm, SendComm};
+use crate::config::MAX_RECVS_LIMIT;
+use crate::device::Device;
+use crate::engine::{Engine, OpId, Poll};
+use crate::fabric::MemIface;
+use crate::mr::MrRef;
+
+/// Requests one comm may have in flight: NCCL's 32 × the largest grouped receive.
+pub const MAX_REQUESTS: usize = 32 * MAX_RECVS_LIMIT;
+
+/// A memory registration handed to NCCL (`mhandle`).
+pub struct OfiMr {
+    pub(crate) dev: Arc<Device>,
+    pub(crate) r: MrRef,
+}
+
+impl Drop for OfiMr {
+    fn drop(&mut self) {
+        self.dev.lock().mrs.release(self.r.id);
+    }
+}
+
+/// An in-flight send or (grouped) receive.
+pub struct Request {
+    dev: Arc<Device>,
+    conn: u64,
+    n: usize,
+    ops: [OpId; MAX_RECVS_LIMIT],
+    /// Registrations made for buffers NCCL passed without a usable mhandle.
+    temp_mrs: [u64; MAX_RECVS_LIMIT],
+    /// Posted size of a send (a send completion carries no length).
+    send_len: Option<usize>,
+    done: bool,
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let dev = Arc::clone(&self.dev);
+        let mut e = dev.lock();
+        self.release(&mut e);
+    }
+}
+
+impl Request {
+    fn release(&mut self, e: &mut Engine) {
+        for i in 0..self.n {
+            e.finish(self.ops[i]);
+            e.mrs.release(self.temp_mrs[i]);
+        }
+        if let Some(c) = e.conn_any(self.conn) {
+            c.requests = c.requests.saturating_sub(1);
+        }
+        self.done = true;
+    }
+}
+
+/// The descriptor for one buffer: NCCL's registration when it belongs to this
+/// device, else (providers with `FI_MR_LOCAL`) a temporary one from the cache.
+fn desc_for(e: &mut Engine, dev: &Device, mr: Option<&OfiMr>, buf: &Buf) -> Result<(usize, u64)> {
+    if buf.is_empty() {
+        return Ok((0, 0));
+    }
+    match mr {
+        Some(m) if m.dev.index == dev.index => Ok((m.r.desc, 0)),
+        _ if e.mrs.host_needs_mr() => {
+            let eng = &mut *e;
+            // SAFETY: NCCL keeps the buffer allocated until the request completes;
+            // the request releases this registration then (or when dropped).
+            let r = unsafe {
+                eng.mrs.acquire(
+                    &eng.domain,
+                    &eng.ep,
+                    buf.as_ptr() as usize,
+                    buf.len(),
+                    MemIface::System,
+                )?
+            };
+            Ok((r.desc, r.id))
+        }
+        _ => Ok((0, 0)),
+    }
+}
+
+/// Fails fast on a broken connection; `false` when the comm is at its request cap.
+fn admit(e: &mut Engine, conn: u64) -> Result<bool> {
+    let c = e.conn(conn)?;
+    if let Some(f) = &c.failed {
+        return Err(Error::remote(format!(
+            "NET/OFI: connection failed earlier: {f}"
+        )));
+    }
+    Ok(c.requests < MAX_REQUESTS)
+}
+
+/// `isend`: one tagged send to the comm's peer.
+pub fn isend(
+    comm: &mut SendComm,
+    buf: Buf,
+    tag: i32,
+    mr: Option<&OfiMr>,
+) -> Result<Option<Box<Request>>> {
+    let dev = Arc::clone(&comm.dev);
+    let mut e = dev.lock();
+    if !admit(&mut e, comm.conn)? {
+        return Ok(None);
+    }
+    let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
+    let tag64 = e.layout().data(comm.comm_id, comm.seqs.next(tag), tag);
+    // SAFETY: NCCL keeps `buf` valid until the request completes; `desc` covers it.
+    let op = match unsafe { e.send(comm.conn, buf.as_ptr(), buf.len(), desc, tag64) } {
+        Ok(op) => op,
+        Err(err) => {
+            e.mrs.release(temp);
+            return Err(err.context(format!(
+                "NET/OFI isend of {} bytes on {}",
+                buf.len(),
+                dev.name
+            )));
+        }
+    };
+    e.conn(comm.conn)?.requests += 1;
+    drop(e);
+    let mut r = Box::new(Request {
+        dev,
+        conn: comm.conn,
+        n: 1,
+        ops: [OpId::default(); MAX_RECVS_LIMIT],
+        temp_mrs: [0; MAX_RECVS_LIMIT],
+        send_len: Some(buf.len()),
+        done: false,
+    });
+    r.ops[0] = op;
+    r.temp_mrs[0] = temp;
+    Ok(Some(r))
+}
+
+/// `irecv`: one tagged receive per buffer, all completing as one request.
+pub fn irecv(comm: &mut RecvComm, bufs: &[RecvBuf<'_, OfiMr>]) -> Result<Option<Box<Request>>> {
+    let dev = Arc::clone(&comm.dev);
+    if bufs.is_empty() || bufs.len() > dev.max_recvs {
+        return Err(Error::invalid_argument(format!(
+            "NET/OFI irecv: {} buffers, this device takes 1..={} (maxRecvs)",
+            bufs.len(),
+            dev.max_recvs
+        )));
+    }
+    let mut e = dev.lock();
+    if !admit(&mut e, comm.conn)? {
+        return Ok(None);
+    }
+    e.conn(comm.conn)?.requests += 1;
+    let mut r = Box::new(Request {
+        dev: Arc::clone(&dev),
+        conn: comm.conn,
+        n: 0,
+        ops: [OpId::default(); MAX_RECVS_LIMIT],
+        temp_mrs: [0; MAX_RECVS_LIMIT],
+        send_len: None,
+        done: false,
+    });
+    for (i, b) in bufs.iter().enumerate() {
+        let posted = desc_for(&mut e, &dev, b.mr, &b.buf).and_then(|(desc, temp)| {
+            r.temp_mrs[i] = temp;
+            let tag64 = e.layout().data(comm.comm_id, comm.seqs.next(b.tag), b.tag);
+            // SAFETY: NCCL keeps each buffer valid until the request completes.
+            unsafe { e.recv(comm.conn, b.buf.as_ptr(), b.buf.len(), desc, tag64) }
+        });
+        match posted {
+            Ok(op) => {
+                r.ops[i] = op;
+                r.n = i + 1;
+            }
+            Err(err) => {
+                e.mrs.release(r.temp_mrs[i]);
+                r.release(&mut e);
+                return Err(err.context(format!("NET/OFI irecv on {}", dev.name)));
+            }
+        }
+    }
+    drop(e);
+    Ok(Some(r))
+}
+
+/// `test`: drives progress; reports sizes once every operation is complete.
+pub fn test(r: &mut Request, sizes: &mut Sizes<'_>) -> Result<bool> {
+    let dev = Arc::clone(&r.dev);
+    let mut e = dev.lock();
+    e.progress();
+    let mut got = [0usize; MAX_RECVS_LIMIT];
+    let mut pending = false;
+    for (op, out) in r.ops.iter().zip(got.iter_mut()).take(r.n) {
+        match e.poll(*op) {
+            Poll::Done(len) => *out = r.send_len.unwrap_or(len),
+            Poll::Pending => pending = true,
+            Poll::Failed(m) => {
+                let what = if r.send_len.is_some() {
+                    "send"
+                } else {
+                    "receive"
+                };
+                return Err(Error::remote(format!(
+                    "NET/OFI {what} on {}: {m}",
+                    dev.name
+                )));
+            }
+        }
+    }
+    if pending {
+        e.check_peer(r.conn)?;
+        return Ok(false);
+    }
+    r.release(&mut e);
+    drop(e);
+    for (i, len) in got.iter().enumerate().take(r.n) {
+        sizes.set(i, *len)?;
+    }
+    Ok(true)
+}

@@ -1,0 +1,85 @@
+//! An opened device: the endpoint of one domain and the engine behind its lock.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cclkit_abi::raw::common::subsys;
+use cclkit_abi::{Error, Result, nccl_info};
+
+use crate::config::Config;
+use crate::discover::{DeviceDesc, bind_info};
+use crate::engine::Engine;
+use crate::fabric::{Av, Cq, Domain, Endpoint, Fabric};
+use crate::mr::MrCache;
+use crate::proto::provider_fingerprint;
+
+/// One NCCL device with its open endpoint, shared by every comm on it.
+pub struct Device {
+    /// Index in the device list.
+    pub index: usize,
+    /// Domain name, for messages.
+    pub name: String,
+    /// Fingerprint of the provider name, carried in handles.
+    pub fingerprint: u32,
+    /// This endpoint's address.
+    pub addr: Vec<u8>,
+    /// Largest grouped receive.
+    pub max_recvs: usize,
+    engine: Mutex<Engine>,
+}
+
+impl Device {
+    /// Opens fabric, domain, CQ, AV and endpoint for `desc`.
+    pub fn open(
+        index: usize,
+        provider: &str,
+        desc: &DeviceDesc,
+        cfg: &Config,
+    ) -> Result<Arc<Self>> {
+        let ctx = |e: crate::fabric::FiError| {
+            Error::system(format!(
+                "NET/OFI: opening {provider} device {}: {e}",
+                desc.name
+            ))
+        };
+        let info = bind_info(provider, desc)?;
+        let info = info.as_ref();
+        let fabric = Fabric::open(info).map_err(ctx)?;
+        let domain = Domain::open(&fabric, info).map_err(ctx)?;
+        let cq = Cq::open(&domain).map_err(ctx)?;
+        let av = Av::open(&domain).map_err(ctx)?;
+        let ep = Endpoint::open(&domain, info, &cq, &av).map_err(ctx)?;
+        let addr = ep.name().map_err(ctx)?;
+        let liveness = (cfg.liveness_ms > 0).then(|| Duration::from_millis(cfg.liveness_ms));
+        let engine = Engine::new(
+            ep,
+            cq,
+            av,
+            domain,
+            MrCache::new(desc.mr_mode, cfg.mr_cache),
+            desc.layout,
+            liveness,
+        )?;
+        nccl_info!(
+            subsys::NET | subsys::INIT,
+            "NET/OFI: opened device {index} ({provider} {}), address {} bytes, mr_mode {:#x}",
+            desc.name,
+            addr.len(),
+            desc.mr_mode
+        );
+        Ok(Arc::new(Self {
+            index,
+            name: desc.name.clone(),
+            fingerprint: provider_fingerprint(provider),
+            addr,
+            max_recvs: cfg.max_recvs,
+            engine: Mutex::new(engine),
+        }))
+    }
+
+    /// The engine. A panic elsewhere never leaves it half-updated in a way later
+    /// calls could misread, so a poisoned lock is still used.
+    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

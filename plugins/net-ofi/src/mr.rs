@@ -1,0 +1,229 @@
+//! Memory registration honouring the provider's `mr_mode`, with a cache so that
+//! repeated `regMr` of the same region (NCCL re-registers often) is a lookup.
+//!
+//! * `FI_MR_LOCAL`: data calls need a descriptor, so host memory is registered;
+//!   without it host memory is not registered at all (descriptor NULL).
+//! * `FI_MR_PROV_KEY` unset: each registration asks for a unique key.
+//! * `FI_MR_ALLOCATED`: host ranges are widened to whole pages, which are
+//!   allocated because they hold the buffer's own bytes.
+//! * `FI_MR_VIRT_ADDR`: only changes RMA addressing; this plugin does no RMA.
+//! * `FI_MR_ENDPOINT`: the registration is bound to the device's endpoint.
+//! * CUDA memory (`FI_HMEM` providers) is always registered, with its device.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cclkit_abi::{Error, Result};
+
+use crate::fabric::{Domain, Endpoint, MemIface, Mr};
+use crate::sys;
+
+/// A registration held by a caller: release it with [`MrCache::release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrRef {
+    /// Cache entry id; 0 = nothing registered (provider needs no registration).
+    pub id: u64,
+    /// `fi_mr_desc` as an address (0 = NULL).
+    pub desc: usize,
+}
+
+impl MrRef {
+    /// The descriptor for data calls.
+    pub fn desc_ptr(&self) -> *mut c_void {
+        self.desc as *mut c_void
+    }
+}
+
+struct Entry {
+    id: u64,
+    start: usize,
+    end: usize,
+    iface: MemIface,
+    refs: usize,
+    mr: Mr,
+}
+
+/// The registrations of one domain.
+pub struct MrCache {
+    entries: Vec<Entry>,
+    next_id: u64,
+    next_key: u64,
+    cache: bool,
+    mr_mode: u32,
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+const ACCESS: u64 = (sys::FI_SEND | sys::FI_RECV) as u64;
+
+impl MrCache {
+    /// An empty cache for a domain with `mr_mode`; `cache` = reuse registrations.
+    pub fn new(mr_mode: u32, cache: bool) -> Self {
+        Self {
+            entries: Vec::new(),
+            next_id: 1,
+            next_key: 1,
+            cache,
+            mr_mode,
+        }
+    }
+
+    /// Whether host memory needs registering at all with this provider.
+    pub fn host_needs_mr(&self) -> bool {
+        self.mr_mode & sys::FI_MR_LOCAL != 0
+    }
+
+    /// Number of live registrations (for tests and logs).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn key(&mut self) -> u64 {
+        if self.mr_mode & sys::FI_MR_PROV_KEY != 0 {
+            return 0;
+        }
+        let k = self.next_key;
+        self.next_key += 1;
+        k
+    }
+
+    fn push(
+        &mut self,
+        mr: Mr,
+        start: usize,
+        end: usize,
+        iface: MemIface,
+        ep: &Endpoint,
+    ) -> Result<MrRef> {
+        if self.mr_mode & sys::FI_MR_ENDPOINT != 0 {
+            mr.bind_enable(ep)?;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let desc = mr.desc() as usize;
+        self.entries.push(Entry {
+            id,
+            start,
+            end,
+            iface,
+            refs: 1,
+            mr,
+        });
+        Ok(MrRef { id, desc })
+    }
+
+    /// Registers `[addr, addr + len)` or takes another reference on a cached
+    /// registration that covers it.
+    ///
+    /// # Safety
+    /// The memory must stay allocated until the returned reference is released.
+    pub unsafe fn acquire(
+        &mut self,
+        domain: &Arc<Domain>,
+        ep: &Endpoint,
+        addr: usize,
+        len: usize,
+        iface: MemIface,
+    ) -> Result<MrRef> {
+        if iface == MemIface::System && !self.host_needs_mr() {
+            return Ok(MrRef { id: 0, desc: 0 });
+        }
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| Error::invalid_argument(format!("regMr: {addr:#x}+{len} overflows")))?;
+        if self.cache {
+            if let Some(e) = self
+                .entries
+                .iter_mut()
+                .find(|e| e.iface == iface && e.start <= addr && end <= e.end)
+            {
+                e.refs += 1;
+                return Ok(MrRef {
+                    id: e.id,
+                    desc: e.mr.desc() as usize,
+                });
+            }
+        }
+        let (start, end) = match iface {
+            MemIface::System => {
+                let page = page_size();
+                (addr & !(page - 1), end.div_ceil(page) * page)
+            }
+            MemIface::Cuda(_) => (addr, end),
+        };
+        let key = self.key();
+        // SAFETY: forwarded contract (whole pages of a live host allocation, or
+        // the exact device range).
+        let mr = unsafe {
+            Mr::register(
+                domain,
+                start as *mut c_void,
+                (end - start).max(1),
+                ACCESS,
+                key,
+                iface,
+            )
+        }
+        .map_err(|e| Error::system(format!("NET/OFI regMr of {len} bytes at {addr:#x}: {e}")))?;
+        self.push(mr, start, end, iface, ep)
+    }
+
+    /// Registers a dma-buf region (never cached: the fd identifies it, not the address).
+    ///
+    /// # Safety
+    /// `fd` must stay a valid dma-buf until the returned reference is released.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn acquire_dmabuf(
+        &mut self,
+        domain: &Arc<Domain>,
+        ep: &Endpoint,
+        fd: i32,
+        offset: u64,
+        addr: usize,
+        len: usize,
+        iface: MemIface,
+    ) -> Result<MrRef> {
+        let key = self.key();
+        // SAFETY: forwarded contract.
+        let mr = unsafe {
+            Mr::register_dmabuf(
+                domain,
+                fd,
+                offset,
+                len,
+                addr as *mut c_void,
+                ACCESS,
+                key,
+                iface,
+            )
+        }
+        .map_err(|e| Error::system(format!("NET/OFI regMrDmaBuf of {len} bytes (fd {fd}): {e}")))?;
+        // start > end: a dma-buf entry never serves an address lookup.
+        self.push(mr, 1, 0, iface, ep)
+    }
+
+    /// Drops one reference; the registration is closed with the last one.
+    pub fn release(&mut self, id: u64) {
+        if id == 0 {
+            return;
+        }
+        if let Some(i) = self.entries.iter().position(|e| e.id == id) {
+            self.entries[i].refs -= 1;
+            if self.entries[i].refs == 0 {
+                self.entries.swap_remove(i);
+            }
+        }
+    }
+}
