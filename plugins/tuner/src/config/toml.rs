@@ -181,7 +181,9 @@ fn rule(cx: &mut Ctx<'_, '_>, item: &Spanned<DeValue<'_>>) -> Option<Rule> {
             ),
         }
     }
-    if !r.acts_on_coll_info() && r.chunk_size.is_none() {
+    // A rule whose keys were already reported would only add noise here.
+    let clean = cx.sink.out.len() == errors_before;
+    if clean && !r.acts_on_coll_info() && r.chunk_size.is_none() {
         cx.sink.error(
             line,
             "[[rule]] sets nothing: give algorithm, protocol, channels or chunk_size",

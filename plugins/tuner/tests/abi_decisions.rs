@@ -1,0 +1,614 @@
+//! Decisions through the exported v2, v4, v5 and v6 tables, called through their raw
+//! function pointers exactly as NCCL calls them: a flat float[7][3] cost table cast
+//! to `float**` with canary floats around it, an nChannels int with canaries, and
+//! for v5/v6 a 1152-byte constants struct with canaries.
+
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+
+use cclkit_abi::raw::common::{Algorithm, Func, NcclResult, Protocol};
+use cclkit_abi::raw::tuner::{ncclNvlDomainInfo_v5_t, ncclTunerConstants_v5_t};
+use cclkit_abi::tuner::CollInfo;
+use cclkit_tuner::model::{LinkParams, Model, default_constants};
+use cclkit_tuner::{
+    ncclTunerPlugin_v1, ncclTunerPlugin_v2, ncclTunerPlugin_v4, ncclTunerPlugin_v5,
+    ncclTunerPlugin_v6,
+};
+use common::{Channels, Constants, Env, NA, NP, Table, capture_logs};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ver {
+    V4,
+    V5,
+    V6,
+}
+
+/// One communicator's tuner context, opened through a table version.
+struct Comm {
+    ver: Ver,
+    ctx: *mut c_void,
+    consts: Option<Box<Constants>>,
+    /// The constants as passed to init.
+    orig: ncclTunerConstants_v5_t,
+}
+
+impl Comm {
+    fn open(ver: Ver, n_ranks: usize, n_nodes: usize) -> Self {
+        Self::open_with(ver, n_ranks, n_nodes, default_constants())
+    }
+
+    fn open_with(ver: Ver, n_ranks: usize, n_nodes: usize, c: ncclTunerConstants_v5_t) -> Self {
+        let mut ctx: *mut c_void = ptr::null_mut();
+        let mut nvl = ncclNvlDomainInfo_v5_t {
+            nNvlDomains: n_nodes as i32,
+            minRanksPerNvlDomain: 1,
+            maxRanksPerNvlDomain: 8,
+        };
+        let mut consts = None;
+        // SAFETY: valid out-pointer, NVL info and constants for the duration of the call.
+        let rc = unsafe {
+            match ver {
+                Ver::V4 => ncclTunerPlugin_v4.init.unwrap()(n_ranks, n_nodes, None, &mut ctx),
+                Ver::V5 | Ver::V6 => {
+                    let mut k = Constants::new(c);
+                    let init = if ver == Ver::V5 {
+                        ncclTunerPlugin_v5.init.unwrap()
+                    } else {
+                        ncclTunerPlugin_v6.init.unwrap()
+                    };
+                    let rc = init(
+                        &mut ctx, 0xc0ffee, n_ranks, n_nodes, None, &mut nvl, &mut k.c,
+                    );
+                    consts = Some(k);
+                    rc
+                }
+            }
+        };
+        assert_eq!(rc, NcclResult::SUCCESS, "init via {ver:?}");
+        assert!(!ctx.is_null());
+        Self {
+            ver,
+            ctx,
+            consts,
+            orig: c,
+        }
+    }
+
+    /// One getCollInfo call; returns the decision visible to NCCL.
+    fn coll(&self, func: Func, n: usize, pipe: i32, reg: i32, t: &mut Table) -> i32 {
+        let before = t.costs();
+        let mut ch = Channels::new();
+        let get = match self.ver {
+            Ver::V4 => ncclTunerPlugin_v4.getCollInfo.unwrap(),
+            Ver::V5 => ncclTunerPlugin_v5.getCollInfo.unwrap(),
+            Ver::V6 => ncclTunerPlugin_v6.getCollInfo.unwrap(),
+        };
+        // SAFETY: live context; flat 7×3 table; writable nChannels.
+        let rc = unsafe {
+            get(
+                self.ctx,
+                func,
+                n,
+                pipe,
+                t.ptr(),
+                NA as i32,
+                NP as i32,
+                reg,
+                ch.ptr(),
+            )
+        };
+        assert_eq!(rc, NcclResult::SUCCESS);
+        t.assert_only_lowered(&before);
+        if let Some(k) = &self.consts {
+            assert!(k.canaries_intact());
+        }
+        ch.get()
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        let fin = match self.ver {
+            Ver::V4 => ncclTunerPlugin_v4.destroy.unwrap(),
+            Ver::V5 => ncclTunerPlugin_v5.finalize.unwrap(),
+            Ver::V6 => ncclTunerPlugin_v6.finalize.unwrap(),
+        };
+        // SAFETY: the context came from init and is finalized once.
+        let rc = unsafe { fin(self.ctx) };
+        if !std::thread::panicking() {
+            assert_eq!(rc, NcclResult::SUCCESS);
+            if let Some(k) = &self.consts {
+                assert!(k.canaries_intact());
+                // The tuner reads NCCL's constants and never rewrites them.
+                assert_eq!(k.c, self.orig);
+            }
+        }
+    }
+}
+
+const RULES: &str = "\
+# NCCL example format
+allreduce,0,65535,tree,ll,4,-1,-1
+allreduce,65536,1048575,ring,ll128,-1,2,-1
+allreduce,65536,1048575,ring,simple,8,-1,-1
+allgather,0,-1,pat,simple,2,-1,-1
+allgather,0,-1,ring,ll,-1,-1,-1
+broadcast,0,-1,tree,simple,-1,-1,-1,-1,1
+reduce,0,-1,tree,ll128,3,-1,-1,2
+";
+
+const VERSIONS: [Ver; 3] = [Ver::V4, Ver::V5, Ver::V6];
+
+#[test]
+fn csv_rules_through_v4_v5_v6() {
+    let mut env = Env::lock();
+    env.config(RULES, "conf");
+    env.set("CCLKIT_TUNER_MODE", "rules");
+    for ver in VERSIONS {
+        let comm = Comm::open(ver, 16, 2);
+
+        // First rule: tree/LL selected (0.0), channels 4, nothing else touched.
+        let mut t = Table::typical();
+        let before = t.costs();
+        assert_eq!(comm.coll(Func::ALL_REDUCE, 4096, 1, 0, &mut t), 4);
+        let mut want = before;
+        want[0][0] = 0.0;
+        assert_eq!(t.costs(), want, "{ver:?}");
+
+        // Boundary sizes are inclusive.
+        let mut t = Table::typical();
+        assert_eq!(comm.coll(Func::ALL_REDUCE, 65535, 1, 0, &mut t), 4);
+        assert_eq!(t.nccl_choice(), Some((0, 0)));
+
+        // 2-node rule: ring/LL128, channels -1 keeps NCCL's (0).
+        let mut t = Table::typical();
+        assert_eq!(comm.coll(Func::ALL_REDUCE, 65536, 1, 0, &mut t), 0);
+        assert_eq!(t.get(1, 1), 0.0);
+        assert_eq!(t.nccl_choice(), Some((1, 1)));
+
+        // The selected entry unsupported: the next matching rule is tried (NCCL's
+        // example does the same), and the skipped rule's channels are not applied.
+        let t = Table::typical();
+        assert_eq!(t.get(6, 2), 45.0);
+        let mut c = t.costs();
+        c[6][2] = -1.0;
+        let mut t = Table::new(c);
+        assert_eq!(comm.coll(Func::ALL_GATHER, 1 << 20, 1, 0, &mut t), 0);
+        assert_eq!(t.nccl_choice(), Some((1, 0)));
+
+        let mut t = Table::typical();
+        assert_eq!(comm.coll(Func::ALL_GATHER, 1 << 20, 1, 0, &mut t), 2);
+        assert_eq!(t.nccl_choice(), Some((6, 2)));
+
+        // regBuff and numPipeOps conditions.
+        let mut t = Table::typical();
+        let before = t.costs();
+        assert_eq!(comm.coll(Func::BROADCAST, 100, 1, 0, &mut t), 0);
+        assert_eq!(t.costs(), before, "regBuff=0 must not match");
+        assert_eq!(comm.coll(Func::BROADCAST, 100, 1, 1, &mut t), 0);
+        assert_eq!(t.nccl_choice(), Some((0, 2)));
+        let mut t = Table::typical();
+        assert_eq!(comm.coll(Func::REDUCE, 100, 1, 0, &mut t), 0);
+        assert_eq!(t.costs(), before);
+        assert_eq!(comm.coll(Func::REDUCE, 100, 2, 0, &mut t), 3);
+        assert_eq!(t.nccl_choice(), Some((0, 1)));
+
+        // Unmatched (reducescatter has no rule): in rules mode the table and
+        // nChannels are left alone — NCCL's example would force nChannels = 1.
+        let mut t = Table::typical();
+        let before = t.costs();
+        assert_eq!(comm.coll(Func::REDUCE_SCATTER, 4096, 1, 0, &mut t), 0);
+        assert_eq!(t.costs(), before);
+    }
+}
+
+#[test]
+fn comm_shape_conditions_per_communicator() {
+    let mut env = Env::lock();
+    env.config(RULES, "conf");
+    env.set("CCLKIT_TUNER_MODE", "rules");
+    for ver in VERSIONS {
+        let two = Comm::open(ver, 16, 2);
+        let four = Comm::open(ver, 32, 4);
+        assert_ne!(two.ctx, four.ctx);
+        let mut t = Table::typical();
+        assert_eq!(two.coll(Func::ALL_REDUCE, 100_000, 1, 0, &mut t), 0);
+        assert_eq!(t.nccl_choice(), Some((1, 1)));
+        let mut t = Table::typical();
+        assert_eq!(four.coll(Func::ALL_REDUCE, 100_000, 1, 0, &mut t), 8);
+        assert_eq!(t.nccl_choice(), Some((1, 2)));
+    }
+}
+
+/// The model's own pick over the supported entries of `t`.
+fn model_pick(m: &Model, func: Func, n: usize, t: &Table) -> (usize, usize) {
+    let mut best: Option<(usize, usize, f32)> = None;
+    for a in 0..NA {
+        for p in 0..NP {
+            if t.get(a, p) < 0.0 {
+                continue;
+            }
+            let v = m
+                .predict(func, Algorithm(a as i32), Protocol(p as i32), n, 1)
+                .unwrap();
+            if best.is_none_or(|b| v < b.2) {
+                best = Some((a, p, v));
+            }
+        }
+    }
+    let b = best.unwrap();
+    (b.0, b.1)
+}
+
+#[test]
+fn model_mode_ranks_only_supported_entries() {
+    let mut env = Env::lock();
+    env.set("CCLKIT_TUNER_MODE", "model");
+    env.set("NCCL_TUNER_CONFIG_FILE", "/nonexistent/cclkit/none.conf");
+    let m = Model::new(16, 2, &LinkParams::default(), Some(&default_constants()));
+    for ver in VERSIONS {
+        let comm = Comm::open(ver, 16, 2);
+        for func in (0..5).map(Func) {
+            for shift in [0, 4, 10, 16, 20, 24, 28, 32] {
+                let n = 1usize << shift;
+                let mut t = Table::typical();
+                assert_eq!(comm.coll(func, n, 1, 0, &mut t), 0);
+                assert_eq!(
+                    t.nccl_choice(),
+                    Some(model_pick(&m, func, n, &t)),
+                    "{ver:?} {func:?} {n}"
+                );
+            }
+        }
+        // Small messages go to a low-latency protocol, large ones to Simple.
+        let mut t = Table::typical();
+        comm.coll(Func::ALL_REDUCE, 64, 1, 0, &mut t);
+        assert_ne!(t.nccl_choice().unwrap().1, 2);
+        let mut t = Table::typical();
+        comm.coll(Func::ALL_REDUCE, 1 << 30, 1, 0, &mut t);
+        assert_eq!(t.nccl_choice().unwrap().1, 2);
+        // A sparse table: only the offered entries can win.
+        let mut c = [[-1.0; NP]; NA];
+        c[1][2] = 7.0;
+        c[0][1] = 9.0;
+        let mut t = Table::new(c);
+        comm.coll(Func::ALL_REDUCE, 1 << 20, 1, 0, &mut t);
+        assert!(matches!(t.nccl_choice(), Some((1, 2)) | Some((0, 1))));
+        // One rank: NCCL offers only ring/simple at 0; nothing to rank.
+        let mut c = [[-1.0; NP]; NA];
+        c[1][2] = 0.0;
+        let mut t = Table::new(c);
+        comm.coll(Func::ALL_REDUCE, 1 << 20, 1, 0, &mut t);
+        assert_eq!(t.costs(), c);
+    }
+}
+
+#[test]
+fn v5_constants_feed_the_model() {
+    let mut env = Env::lock();
+    env.set("CCLKIT_TUNER_MODE", "model");
+    env.set("NCCL_TUNER_CONFIG_FILE", "/nonexistent/cclkit/none.conf");
+    // With default constants a 64-byte allreduce on 2 nodes takes LL on ring or tree.
+    let comm = Comm::open(Ver::V5, 16, 2);
+    let mut t = Table::typical();
+    comm.coll(Func::ALL_REDUCE, 64, 1, 0, &mut t);
+    let (_, p) = t.nccl_choice().unwrap();
+    assert_eq!(p, 0);
+    drop(comm);
+    // Make LL's base latency huge in NCCL's constants: the model must follow them.
+    let mut c = default_constants();
+    for a in 0..NA {
+        c.baseLatencies[a][0] = 1.0e6;
+    }
+    let comm = Comm::open_with(Ver::V5, 16, 2, c);
+    let mut t = Table::typical();
+    comm.coll(Func::ALL_REDUCE, 64, 1, 0, &mut t);
+    assert_ne!(t.nccl_choice().unwrap().1, 0);
+}
+
+#[test]
+fn auto_mode_rules_then_model() {
+    let mut env = Env::lock();
+    env.config(RULES, "conf");
+    let m = Model::new(16, 2, &LinkParams::default(), Some(&default_constants()));
+    for ver in VERSIONS {
+        let comm = Comm::open(ver, 16, 2);
+        let mut t = Table::typical();
+        assert_eq!(comm.coll(Func::ALL_REDUCE, 100, 1, 0, &mut t), 4);
+        assert_eq!(t.nccl_choice(), Some((0, 0)));
+        // No rule for reducescatter: the model decides, nChannels stays 0.
+        let mut t = Table::typical();
+        assert_eq!(comm.coll(Func::REDUCE_SCATTER, 1 << 22, 1, 0, &mut t), 0);
+        assert_eq!(
+            t.nccl_choice(),
+            Some(model_pick(&m, Func::REDUCE_SCATTER, 1 << 22, &t))
+        );
+        assert_ne!(t.costs(), Table::typical().costs());
+    }
+}
+
+#[test]
+fn bad_file_falls_back_to_model_and_reports_every_line() {
+    let mut env = Env::lock();
+    let path = env.config(
+        "allreduce,0,65535,tree,ll,4,-1,-1\n\
+         allreduce,0,64K,ring,simple,-1,-1,-1\n\
+         # fine\n\
+         allgather,0,10,ring\n",
+        "conf",
+    );
+    env.set("CCLKIT_TUNER_MODE", "rules");
+    let m = Model::new(16, 2, &LinkParams::default(), Some(&default_constants()));
+    for ver in VERSIONS {
+        let (comm, logs) = capture_logs(|| Comm::open(ver, 16, 2));
+        let p = path.display();
+        assert!(
+            logs.contains(&format!("{p}:2: max_bytes \"64K\" is not a number (NCCL would read it as 64; size suffixes are only allowed in TOML)")),
+            "{logs}"
+        );
+        assert!(
+            logs.contains(&format!("{p}:4: expected 8 to 10 comma-separated fields")),
+            "{logs}"
+        );
+        assert!(
+            logs.contains(&format!(
+                "{p}: 2 bad line(s); the file is not used and the model decides"
+            )),
+            "{logs}"
+        );
+        // The good first rule is not used either: the model decides.
+        let mut t = Table::typical();
+        assert_eq!(comm.coll(Func::ALL_REDUCE, 1 << 24, 1, 0, &mut t), 0);
+        assert_eq!(
+            t.nccl_choice(),
+            Some(model_pick(&m, Func::ALL_REDUCE, 1 << 24, &t))
+        );
+    }
+}
+
+#[test]
+fn missing_explicit_file_and_bad_variables_warn_but_init_succeeds() {
+    let mut env = Env::lock();
+    env.set("NCCL_TUNER_CONFIG_FILE", "/nonexistent/cclkit/tuner.conf");
+    env.set("CCLKIT_TUNER_NET_BW", "fast");
+    env.set("CCLKIT_TUNER_FROBNICATE", "1");
+    env.set("CCLKIT_TUNER_MODE", "sometimes");
+    let (comm, logs) = capture_logs(|| Comm::open(Ver::V6, 8, 1));
+    assert!(
+        logs.contains(
+            "NCCL_TUNER_CONFIG_FILE=/nonexistent/cclkit/tuner.conf: no such file; the model decides"
+        ),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("CCLKIT_TUNER_NET_BW: \"fast\" is not a number"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("CCLKIT_TUNER_FROBNICATE: unknown variable, ignored"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(
+            "CCLKIT_TUNER_MODE: unknown mode \"sometimes\" (expected rules, model or auto)"
+        ),
+        "{logs}"
+    );
+    let mut t = Table::typical();
+    comm.coll(Func::ALL_REDUCE, 1 << 20, 1, 0, &mut t);
+    assert_ne!(t.costs(), Table::typical().costs());
+}
+
+#[test]
+fn default_file_in_working_directory() {
+    let env = Env::lock();
+    let dir = std::env::temp_dir().join(format!("cclkit-tuner-cwd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("nccl_tuner.conf"),
+        "allreduce,0,-1,ring,ll128,6,-1,-1\n",
+    )
+    .unwrap();
+    let old = std::env::current_dir().unwrap();
+    std::env::set_current_dir(&dir).unwrap();
+    let comm = Comm::open(Ver::V6, 8, 1);
+    std::env::set_current_dir(&old).unwrap();
+    let mut t = Table::typical();
+    assert_eq!(comm.coll(Func::ALL_REDUCE, 1 << 20, 1, 0, &mut t), 6);
+    assert_eq!(t.nccl_choice(), Some((1, 1)));
+    drop(comm);
+    drop(env);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const TOML_RULES: &str = r#"
+[[rule]]
+collective = ["allreduce", "allgather"]
+size = "..64K"
+protocol = "ll"
+
+[[rule]]
+collective = "allreduce"
+size = "64K..16M"
+algorithm = "ring"
+protocol = "simple"
+chunk_size = "256K"
+
+[[rule]]
+collective = "allreduce"
+size = "16M.."
+channels = 24
+
+[[rule]]
+collective = "broadcast"
+chunk_size = "1M"
+
+[defaults.reduce]
+algorithm = "tree"
+protocol = "simple"
+channels = 2
+"#;
+
+#[test]
+fn toml_rules_partial_actions_and_chunk_size_v6() {
+    let mut env = Env::lock();
+    env.config(TOML_RULES, "toml");
+    let comm = Comm::open(Ver::V6, 16, 2);
+    // Protocol-only rule: the cheapest supported LL entry (ring LL at 30 < tree LL at 40
+    // before the model ranks them; the model then decides between them).
+    let mut t = Table::typical();
+    assert_eq!(comm.coll(Func::ALL_GATHER, 1024, 1, 0, &mut t), 0);
+    assert_eq!(t.nccl_choice().unwrap().1, 0);
+    let mut c = Table::typical().costs();
+    c[0][0] = -1.0;
+    let mut t = Table::new(c);
+    comm.coll(Func::ALL_REDUCE, 1024, 1, 0, &mut t);
+    assert_eq!(t.nccl_choice(), Some((1, 0)));
+    // Channels-only rule: channels set, the model picks the entry.
+    let mut t = Table::typical();
+    assert_eq!(comm.coll(Func::ALL_REDUCE, 1 << 26, 1, 0, &mut t), 24);
+    assert_ne!(t.costs(), Table::typical().costs());
+    // Per-collective default.
+    let mut t = Table::typical();
+    assert_eq!(comm.coll(Func::REDUCE, 12345, 1, 0, &mut t), 2);
+    assert_eq!(t.nccl_choice(), Some((0, 2)));
+
+    // getChunkSize: the rule's algorithm/protocol must be NCCL's choice.
+    let chunk = ncclTunerPlugin_v6.getChunkSize.unwrap();
+    let call = |func: Func, n: usize, a: i32, p: i32| {
+        let mut buf = [7usize, 131072, 7usize];
+        // SAFETY: live context; writable chunk size between canaries.
+        let rc = unsafe { chunk(comm.ctx, func, n, a, p, 8, &mut buf[1]) };
+        assert_eq!(rc, NcclResult::SUCCESS);
+        assert_eq!((buf[0], buf[2]), (7, 7));
+        buf[1]
+    };
+    assert_eq!(call(Func::ALL_REDUCE, 1 << 20, 1, 2), 256 << 10);
+    assert_eq!(call(Func::ALL_REDUCE, 1 << 20, 0, 2), 131072);
+    assert_eq!(call(Func::ALL_REDUCE, 1 << 30, 1, 2), 131072);
+    assert_eq!(call(Func::BROADCAST, 5, 0, 0), 1 << 20);
+    assert_eq!(call(Func::ALL_GATHER, 5, 1, 0), 131072);
+}
+
+#[test]
+fn v2_returns_algorithm_and_protocol() {
+    let mut env = Env::lock();
+    env.config(
+        "allreduce,0,1023,tree,ll,4,-1,-1\n\
+         allreduce,1024,4095,collnet_direct,simple,-1,-1,-1\n\
+         allreduce,1024,4095,ring,ll128,-1,-1,-1\n",
+        "conf",
+    );
+    env.set("CCLKIT_TUNER_MODE", "rules");
+    let t = &ncclTunerPlugin_v2;
+    let mut ctx: *mut c_void = ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    assert_eq!(
+        unsafe { t.init.unwrap()(16, 2, None, &mut ctx) },
+        NcclResult::SUCCESS
+    );
+    let call = |ctx: *mut c_void, n: usize, coll_net: i32| {
+        let (mut a, mut p) = (-1, -1);
+        let mut ch = Channels::new();
+        // SAFETY: live context, writable outputs.
+        let rc = unsafe {
+            t.getCollInfo.unwrap()(
+                ctx,
+                Func::ALL_REDUCE,
+                n,
+                coll_net,
+                0,
+                1,
+                &mut a,
+                &mut p,
+                ch.ptr(),
+            )
+        };
+        assert_eq!(rc, NcclResult::SUCCESS);
+        (a, p, ch.get())
+    };
+    assert_eq!(call(ctx, 100, 0), (0, 0, 4));
+    assert_eq!(call(ctx, 2000, 1), (2, 2, 0));
+    assert_eq!(call(ctx, 2000, 0), (1, 1, 0));
+    // No rule: NCCL's own choice stands (outputs untouched).
+    assert_eq!(call(ctx, 1 << 20, 0), (-1, -1, 0));
+    // SAFETY: context from init.
+    assert_eq!(unsafe { t.destroy.unwrap()(ctx) }, NcclResult::SUCCESS);
+
+    // Auto mode without a file: the model answers through v2 too.
+    env.unset("CCLKIT_TUNER_MODE");
+    env.set("NCCL_TUNER_CONFIG_FILE", "/nonexistent/cclkit/none.conf");
+    // SAFETY: valid out-pointer.
+    assert_eq!(
+        unsafe { t.init.unwrap()(16, 2, None, &mut ctx) },
+        NcclResult::SUCCESS
+    );
+    let (a, p, ch) = call(ctx, 1 << 28, 0);
+    assert!((a == 0 || a == 1) && p == 2 && ch == 0, "{a} {p} {ch}");
+    // SAFETY: context from init.
+    assert_eq!(unsafe { t.destroy.unwrap()(ctx) }, NcclResult::SUCCESS);
+}
+
+#[test]
+fn v1_global_instance() {
+    let mut env = Env::lock();
+    env.config("allgather,0,-1,ring,ll,-1,-1,-1\n", "conf");
+    let t = &ncclTunerPlugin_v1;
+    // SAFETY: plain values.
+    assert_eq!(unsafe { t.init.unwrap()(8, 1, None) }, NcclResult::SUCCESS);
+    let (mut a, mut p) = (-1, -1);
+    let mut ch = Channels::new();
+    // SAFETY: writable outputs.
+    let rc = unsafe {
+        t.getCollInfo.unwrap()(Func::ALL_GATHER, 4096, 0, 0, 1, &mut a, &mut p, ch.ptr())
+    };
+    assert_eq!(rc, NcclResult::SUCCESS);
+    assert_eq!((a, p, ch.get()), (1, 0, 0));
+    // SAFETY: after init.
+    assert_eq!(unsafe { t.destroy.unwrap()() }, NcclResult::SUCCESS);
+}
+
+#[test]
+fn engine_reports_decisions() {
+    use cclkit_abi::tuner::CostTable;
+    use cclkit_tuner::config::{self, Format};
+    use cclkit_tuner::engine::{Decision, Engine, Mode};
+    let p = config::parse(RULES, "r.conf", Format::Csv);
+    let m = Model::new(16, 2, &LinkParams::default(), None);
+    let e = Engine::new(&p.rules, 16, 2, Mode::Auto, Some(m));
+    assert_eq!(e.rule_count(), 7);
+    let mut costs = Table::typical().costs().concat();
+    let mut table = CostTable::new(&mut costs, NA, NP).unwrap();
+    let mut ch = 0;
+    let info = |func, n| CollInfo {
+        func,
+        n_bytes: n,
+        num_pipe_ops: 1,
+        reg_buff: Some(false),
+    };
+    assert_eq!(
+        e.decide(&info(Func::ALL_REDUCE, 10), &mut table, &mut ch),
+        Decision::Rule { line: 2 }
+    );
+    let mut costs = Table::typical().costs().concat();
+    let mut table = CostTable::new(&mut costs, NA, NP).unwrap();
+    assert_eq!(
+        e.decide(&info(Func::REDUCE_SCATTER, 10), &mut table, &mut ch),
+        Decision::Model
+    );
+    let stats: Vec<_> = e
+        .rule_stats()
+        .map(|s| (s.line, s.matched, s.taken))
+        .collect();
+    assert_eq!(stats[0], (2, 1, 1));
+    let r = Engine::new(&p.rules, 16, 2, Mode::Rules, None);
+    let mut costs = Table::typical().costs().concat();
+    let mut table = CostTable::new(&mut costs, NA, NP).unwrap();
+    assert_eq!(
+        r.decide(&info(Func::REDUCE_SCATTER, 10), &mut table, &mut ch),
+        Decision::Unchanged
+    );
+    assert_eq!(r.fallback_stats(), (0, 1));
+}
