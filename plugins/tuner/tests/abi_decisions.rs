@@ -505,10 +505,8 @@ fn v2_returns_algorithm_and_protocol() {
     let t = &ncclTunerPlugin_v2;
     let mut ctx: *mut c_void = ptr::null_mut();
     // SAFETY: valid out-pointer.
-    assert_eq!(
-        unsafe { t.init.unwrap()(16, 2, None, &mut ctx) },
-        NcclResult::SUCCESS
-    );
+    let rc = unsafe { t.init.unwrap()(16, 2, None, &mut ctx) };
+    assert_eq!(rc, NcclResult::SUCCESS);
     let call = |ctx: *mut c_void, n: usize, coll_net: i32| {
         let (mut a, mut p) = (-1, -1);
         let mut ch = Channels::new();
@@ -541,10 +539,8 @@ fn v2_returns_algorithm_and_protocol() {
     env.unset("CCLKIT_TUNER_MODE");
     env.set("NCCL_TUNER_CONFIG_FILE", "/nonexistent/cclkit/none.conf");
     // SAFETY: valid out-pointer.
-    assert_eq!(
-        unsafe { t.init.unwrap()(16, 2, None, &mut ctx) },
-        NcclResult::SUCCESS
-    );
+    let rc = unsafe { t.init.unwrap()(16, 2, None, &mut ctx) };
+    assert_eq!(rc, NcclResult::SUCCESS);
     let (a, p, ch) = call(ctx, 1 << 28, 0);
     assert!((a == 0 || a == 1) && p == 2 && ch == 0, "{a} {p} {ch}");
     // SAFETY: context from init.

@@ -76,6 +76,15 @@ pub struct Difference {
     pub after: Option<Outcome>,
 }
 
+/// Counts start at 1, so `1..` is every value.
+fn count(iv: Interval) -> Interval {
+    if iv.lo <= 1 && iv.hi == u64::MAX {
+        Interval::ANY
+    } else {
+        iv
+    }
+}
+
 impl fmt::Display for Difference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -83,10 +92,10 @@ impl fmt::Display for Difference {
             "{} size {} nodes {} ranks {}",
             names::collective_name(self.collective),
             self.bytes.display(true),
-            self.nodes.display(false),
-            self.ranks.display(false)
+            count(self.nodes).display(false),
+            count(self.ranks).display(false)
         )?;
-        if !self.pipe_ops.is_any() {
+        if !count(self.pipe_ops).is_any() {
             write!(f, " pipe_ops {}", self.pipe_ops.display(false))?;
         }
         if let Some(r) = self.reg_buff {

@@ -108,6 +108,7 @@ pub struct Table {
 
 impl Table {
     /// `costs[a][p]`; -1 = unsupported.
+    #[allow(clippy::needless_range_loop)]
     pub fn new(costs: [[f32; NP]; NA]) -> Self {
         let mut buf = [CANARY; PAD + NA * NP + PAD];
         for a in 0..NA {
@@ -159,6 +160,7 @@ impl Table {
         best.map(|(a, p, _)| (a, p))
     }
 
+    #[allow(clippy::needless_range_loop)]
     /// Asserts what every call must guarantee relative to `before`: canaries
     /// intact, unsupported entries untouched, supported ones only lowered.
     pub fn assert_only_lowered(&self, before: &[[f32; NP]; NA]) {
