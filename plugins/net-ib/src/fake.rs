@@ -119,10 +119,15 @@ impl FakeFabric {
 
     /// A NIC on node `node`.
     pub fn nic(self: &Arc<Self>, node: u32) -> Arc<FakeNic> {
-        Arc::new(FakeNic {
+        Arc::new(self.port(node))
+    }
+
+    /// A NIC on node `node`, by value.
+    pub fn port(self: &Arc<Self>, node: u32) -> FakeNic {
+        FakeNic {
             fabric: Arc::clone(self),
             node,
-        })
+        }
     }
 
     /// Makes writes land `n` bytes per step (0 = whole operations).
@@ -158,11 +163,6 @@ impl FakeFabric {
             .filter(|(_, q)| q.node == node)
             .map(|(n, _)| *n)
             .collect()
-    }
-
-    /// Runs one step of every QP's first work request.
-    pub fn progress(&self) {
-        self.lock().progress();
     }
 }
 
@@ -403,11 +403,6 @@ impl Drop for FakeQp {
 }
 
 impl FakeNic {
-    /// The node this NIC sits on.
-    pub fn node(&self) -> u32 {
-        self.node
-    }
-
     fn register(&self, addr: usize, len: usize) -> FakeMr {
         let mut f = self.fabric.lock();
         let key = f.id();

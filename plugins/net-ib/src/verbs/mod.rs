@@ -1,6 +1,10 @@
-//! libibverbs, three levels: [`sys`] (C types), [`loader`] (the library opened at run
-//! time) and [`safe`] (RAII objects whose errors name the verbs call).
+//! libibverbs in three levels: [`sys`] (hand-written C types with layout checks),
+//! [`loader`] (`libibverbs.so.1` opened at run time), [`safe`] (RAII objects whose
+//! errors name the verbs call and keep errno); then [`device`] (discovery) and
+//! [`nic`] (the [`crate::nic::Nic`] implementation).
 
+pub mod device;
 pub mod loader;
+pub mod nic;
 pub mod safe;
 pub mod sys;

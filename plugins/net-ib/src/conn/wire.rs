@@ -1,0 +1,187 @@
+//! Bytes on the side channel: the listen handle and the connection metadata.
+//!
+//! Listen handle payload (inside NCCL's 128-byte handle):
+//! `magic u64 LE | family u8 (4/6) | ip [16] | port u16 BE | version u8`.
+//!
+//! Side channel, connector first:
+//! 1. connector → listener: `magic u64 LE | len u32 LE | ConnMeta` (the listener
+//!    drops a connection whose magic is not its own, without reading further);
+//! 2. listener → connector: `len u32 LE | ConnMeta`;
+//! 3. connector → listener: one byte `READY` once its QPs are connected.
+//!
+//! `ConnMeta` (little-endian): `version u32 | nqps u32 | lid u16 | link_layer u8 |
+//! mtu u8 | gid [16] | buf.addr u64 | buf.rkey u32 | qpn u32 × nqps`.
+
+use std::net::{IpAddr, SocketAddr};
+
+use cclkit_abi::net::NetHandle;
+use cclkit_abi::{Error, Result};
+
+use crate::nic::PortAddr;
+use crate::proto::endpoint::ConnMeta;
+use crate::proto::{MAX_QPS, RemoteBuf};
+
+/// Protocol version; both sides must run the same.
+pub const VERSION: u32 = 1;
+/// The byte that ends connection setup.
+pub const READY: u8 = 0xa5;
+/// Bytes of the connector's hello header (magic + length).
+pub const HELLO_HEADER: usize = 12;
+/// Largest metadata accepted.
+pub const MAX_META: usize = 40 + 4 * MAX_QPS;
+
+/// Writes the listen handle.
+pub fn write_handle(handle: &mut NetHandle, magic: u64, addr: SocketAddr) {
+    let p = handle.payload_mut();
+    p[0..8].copy_from_slice(&magic.to_le_bytes());
+    match addr.ip() {
+        IpAddr::V4(v4) => {
+            p[8] = 4;
+            p[9..13].copy_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            p[8] = 6;
+            p[9..25].copy_from_slice(&v6.octets());
+        }
+    }
+    p[25..27].copy_from_slice(&addr.port().to_be_bytes());
+    p[27] = VERSION as u8;
+}
+
+/// Reads the listen handle: `(magic, address)`.
+pub fn read_handle(handle: &NetHandle) -> Result<(u64, SocketAddr)> {
+    let p = handle.payload();
+    let bad = |what: String| Error::invalid_argument(format!("NET/cclkit-ib: bad handle: {what}"));
+    if u32::from(p[27]) != VERSION {
+        return Err(bad(format!(
+            "protocol version {} (this plugin speaks {VERSION}); was it made by cclkit-ib?",
+            p[27]
+        )));
+    }
+    let mut magic = [0u8; 8];
+    magic.copy_from_slice(&p[0..8]);
+    let ip = match p[8] {
+        4 => {
+            let mut a = [0u8; 4];
+            a.copy_from_slice(&p[9..13]);
+            IpAddr::from(a)
+        }
+        6 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&p[9..25]);
+            IpAddr::from(a)
+        }
+        f => return Err(bad(format!("address family byte {f}"))),
+    };
+    Ok((
+        u64::from_le_bytes(magic),
+        SocketAddr::new(ip, u16::from_be_bytes([p[25], p[26]])),
+    ))
+}
+
+/// Serialises connection metadata.
+pub fn encode_meta(m: &ConnMeta) -> Vec<u8> {
+    let mut v = Vec::with_capacity(40 + 4 * m.qpns.len());
+    v.extend_from_slice(&VERSION.to_le_bytes());
+    v.extend_from_slice(&(m.qpns.len() as u32).to_le_bytes());
+    v.extend_from_slice(&m.port.lid.to_le_bytes());
+    v.push(m.port.link_layer);
+    v.push(m.port.mtu);
+    v.extend_from_slice(&m.port.gid);
+    v.extend_from_slice(&m.buf.addr.to_le_bytes());
+    v.extend_from_slice(&m.buf.rkey.to_le_bytes());
+    for q in &m.qpns {
+        v.extend_from_slice(&q.to_le_bytes());
+    }
+    v
+}
+
+/// Parses connection metadata, rejecting anything malformed.
+pub fn decode_meta(b: &[u8]) -> Result<ConnMeta> {
+    let bad = |what: &str| Error::remote(format!("NET/cclkit-ib: bad connection metadata: {what}"));
+    let u32_at = |o: usize| -> Result<u32> {
+        b.get(o..o + 4)
+            .and_then(|s| s.try_into().ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(|| bad("truncated"))
+    };
+    if u32_at(0)? != VERSION {
+        return Err(bad("protocol version differs (mixed cclkit-ib versions?)"));
+    }
+    let nqps = u32_at(4)? as usize;
+    if !(1..=MAX_QPS).contains(&nqps) || b.len() != 40 + 4 * nqps {
+        return Err(bad(&format!("{nqps} QPs in {} bytes", b.len())));
+    }
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&b[12..28]);
+    let mut addr = [0u8; 8];
+    addr.copy_from_slice(&b[28..36]);
+    Ok(ConnMeta {
+        port: PortAddr {
+            lid: u16::from_le_bytes([b[8], b[9]]),
+            link_layer: b[10],
+            mtu: b[11],
+            gid,
+        },
+        buf: RemoteBuf {
+            addr: u64::from_le_bytes(addr),
+            rkey: u32_at(36)?,
+        },
+        qpns: (0..nqps)
+            .map(|i| u32_at(40 + 4 * i))
+            .collect::<Result<_>>()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_round_trips_both_families() {
+        for addr in ["10.1.2.3:45678", "[2001:db8::7]:1"] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let mut h = NetHandle::zeroed();
+            write_handle(&mut h, 0xdead_beef_cafe_f00d, addr);
+            assert_eq!(read_handle(&h).unwrap(), (0xdead_beef_cafe_f00d, addr));
+        }
+        let mut h = NetHandle::zeroed();
+        assert!(read_handle(&h).is_err(), "a zeroed handle is not ours");
+        h.payload_mut()[27] = VERSION as u8;
+        h.payload_mut()[8] = 5;
+        assert!(read_handle(&h).unwrap_err().message().contains("family"));
+    }
+
+    #[test]
+    fn meta_round_trips_and_malformed_input_is_rejected() {
+        let m = ConnMeta {
+            port: PortAddr {
+                lid: 0x1234,
+                gid: *b"0123456789abcdef",
+                link_layer: 2,
+                mtu: 5,
+            },
+            qpns: vec![0x11, 0x222, 0x3333],
+            buf: RemoteBuf {
+                addr: 0x7fff_0000_1000,
+                rkey: 0xabcd,
+            },
+        };
+        let b = encode_meta(&m);
+        assert_eq!(b.len(), 52);
+        assert_eq!(decode_meta(&b).unwrap(), m);
+        assert!(decode_meta(&b[..51]).is_err());
+        let mut wrong = b.clone();
+        wrong[0] = 9;
+        assert!(
+            decode_meta(&wrong)
+                .unwrap_err()
+                .message()
+                .contains("version")
+        );
+        let mut many = b.clone();
+        many[4] = 200;
+        assert!(decode_meta(&many).is_err());
+        assert!(decode_meta(&[]).is_err());
+    }
+}

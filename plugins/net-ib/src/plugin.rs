@@ -1,0 +1,477 @@
+//! The `Net` implementation: devices, comms, registrations and requests, over any
+//! [`Backend`] (libibverbs in the shipped plugin, the fake NIC in unit tests).
+
+use std::ffi::CStr;
+use std::net::{IpAddr, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cclkit_abi::net::{
+    Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
+};
+use cclkit_abi::raw::common::{ptr, subsys};
+use cclkit_abi::{Error, Result, nccl_info};
+
+use crate::config::Config;
+use crate::conn::setup::{Connecting, Listener};
+use crate::conn::sock::{interfaces, pick_address};
+use crate::nic::{Link, Nic};
+use crate::proto::MAX_MESSAGE;
+use crate::proto::mr_cache::{CacheEntry, MrCache};
+use crate::proto::recv::{Receiver, RecvTarget};
+use crate::proto::request::{ReqCell, State};
+use crate::proto::send::{SendBuf, Sender};
+
+/// Where devices come from.
+pub trait Backend: Send + Sync + 'static {
+    /// The NIC type.
+    type Nic: Nic;
+    /// Finds the usable ports; an error (with the reason) when there is none.
+    fn discover(cfg: &Config) -> Result<Vec<(Self::Nic, Properties)>>;
+}
+
+/// The shipped backend: libibverbs, opened at run time.
+pub struct Verbs;
+
+impl Backend for Verbs {
+    type Nic = crate::verbs::nic::VerbsNic;
+
+    fn discover(cfg: &Config) -> Result<Vec<(Self::Nic, Properties)>> {
+        Ok(crate::verbs::device::discover(cfg)?
+            .into_iter()
+            .map(|f| (f.nic, f.props))
+            .collect())
+    }
+}
+
+struct Device<N: Nic> {
+    nic: Arc<N>,
+    props: Properties,
+    cache: Mutex<MrCache<N::Mr>>,
+}
+
+/// The plugin over backend `B`.
+pub struct IbNet<B: Backend> {
+    cfg: Config,
+    devices: Vec<Device<B::Nic>>,
+    listen_ip: IpAddr,
+}
+
+/// A communicator's context: its link parameters.
+pub struct CommCtx {
+    link: Link,
+}
+
+/// A listening endpoint.
+pub struct IbListen<N: Nic> {
+    dev: usize,
+    inner: Listener<N>,
+}
+
+#[cfg(test)]
+impl<N: Nic> IbListen<N> {
+    /// Accepts in progress.
+    pub(crate) fn inner_in_progress(&self) -> usize {
+        self.inner.in_progress()
+    }
+}
+
+/// The sending side of a connection.
+pub struct IbSend<N: Nic> {
+    dev: usize,
+    inner: Arc<Mutex<Sender<N>>>,
+    _side_channel: TcpStream,
+}
+
+/// The receiving side of a connection.
+pub struct IbRecv<N: Nic> {
+    dev: usize,
+    inner: Arc<Mutex<Receiver<N>>>,
+    _side_channel: TcpStream,
+}
+
+/// A registration handed to NCCL: a reference to a cached NIC registration.
+pub struct IbMr<M> {
+    dev: usize,
+    entry: Arc<CacheEntry<M>>,
+}
+
+enum Side<N: Nic> {
+    Send(Arc<Mutex<Sender<N>>>),
+    Recv(Arc<Mutex<Receiver<N>>>),
+}
+
+/// An in-flight send, receive or flush.
+pub struct IbRequest<N: Nic> {
+    cell: Arc<ReqCell>,
+    side: Side<N>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| Error::internal("NET/cclkit-ib: comm state poisoned by an earlier panic"))
+}
+
+impl<B: Backend> IbNet<B> {
+    /// The plugin over given devices (what `init` builds after discovery).
+    pub fn from_parts(cfg: Config, found: Vec<(B::Nic, Properties)>, listen_ip: IpAddr) -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let devices = found
+            .into_iter()
+            .map(|(nic, props)| Device {
+                nic: Arc::new(nic),
+                props,
+                cache: Mutex::new(MrCache::new(page)),
+            })
+            .collect();
+        Self {
+            cfg,
+            devices,
+            listen_ip,
+        }
+    }
+
+    fn device(&self, dev: usize) -> Result<&Device<B::Nic>> {
+        self.devices
+            .get(dev)
+            .ok_or_else(|| Error::invalid_argument(format!("device {dev} out of range")))
+    }
+
+    fn flush_enabled(&self, dev: &Device<B::Nic>) -> bool {
+        !self.cfg.gdr_flush_disable && dev.props.ptr_support & ptr::CUDA != 0
+    }
+
+    fn comm_dev(comm: &CommRef<'_, Self>) -> usize {
+        match comm {
+            CommRef::Send(s) => s.dev,
+            CommRef::Recv(r) => r.dev,
+        }
+    }
+
+    fn check_kind(&self, dev: &Device<B::Nic>, kind: i32) -> Result<()> {
+        match kind {
+            ptr::HOST => Ok(()),
+            ptr::CUDA if dev.props.ptr_support & ptr::CUDA != 0 => Ok(()),
+            ptr::CUDA => Err(Error::internal(format!(
+                "NET/cclkit-ib: {} cannot register GPU memory: no GPUDirect RDMA \
+                 (neither nv_peermem nor dma-buf support)",
+                dev.props.name
+            ))),
+            k => Err(Error::invalid_argument(format!(
+                "regMr: unknown pointer type {k}"
+            ))),
+        }
+    }
+
+    /// The registration covering `[addr, addr+len)` on `dev`, as its cache entry.
+    fn covering<'m>(
+        &self,
+        dev: usize,
+        mr: Option<&'m IbMr<<B::Nic as Nic>::Mr>>,
+        addr: usize,
+        len: usize,
+    ) -> Result<Option<&'m CacheEntry<<B::Nic as Nic>::Mr>>> {
+        let Some(mr) = mr else {
+            return if len == 0 {
+                Ok(None)
+            } else {
+                Err(Error::invalid_argument(
+                    "NET/cclkit-ib: buffer without a registration (mhandle is NULL)",
+                ))
+            };
+        };
+        if mr.dev != dev {
+            return Err(Error::invalid_argument(format!(
+                "NET/cclkit-ib: registration of device {} used on device {dev}",
+                mr.dev
+            )));
+        }
+        if !mr.entry.covers(addr, len) {
+            return Err(Error::invalid_argument(format!(
+                "NET/cclkit-ib: buffer {addr:#x}+{len} lies outside its registration {:#x}+{}",
+                mr.entry.start, mr.entry.len
+            )));
+        }
+        Ok(Some(&mr.entry))
+    }
+}
+
+type MrOf<B> = IbMr<<<B as Backend>::Nic as Nic>::Mr>;
+
+impl<B: Backend> Net for IbNet<B> {
+    const NAME: &'static CStr = c"cclkit-ib";
+    const SUPPORTS_DMABUF: bool = true;
+
+    type Context = CommCtx;
+    type ListenComm = IbListen<B::Nic>;
+    type SendComm = IbSend<B::Nic>;
+    type RecvComm = IbRecv<B::Nic>;
+    type Mr = MrOf<B>;
+    type Request = Box<IbRequest<B::Nic>>;
+
+    fn init(_args: &InitArgs) -> Result<Self> {
+        let cfg = Config::from_env();
+        if cfg.disable {
+            return Err(Error::internal(
+                "NET/cclkit-ib: disabled by NCCL_IB_DISABLE=1",
+            ));
+        }
+        let found = B::discover(&cfg)?;
+        let (ifname, ip) = pick_address(&interfaces(), &cfg.socket_ifname, cfg.socket_family)
+            .ok_or_else(|| {
+                Error::system(format!(
+                    "NET/cclkit-ib: no network interface for the TCP side channel \
+                     (NCCL_SOCKET_IFNAME={})",
+                    cfg.socket_ifname
+                ))
+            })?;
+        nccl_info!(
+            subsys::NET | subsys::INIT,
+            "NET/cclkit-ib: {} device(s) [{}], side channel on {ifname} ({ip}); {cfg}",
+            found.len(),
+            found
+                .iter()
+                .map(|(_, p)| format!("{}:{}", p.name, p.port))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Ok(Self::from_parts(cfg, found, ip))
+    }
+
+    fn devices(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn properties(&self, dev: usize) -> Result<Properties> {
+        Ok(self.device(dev)?.props.clone())
+    }
+
+    fn open_context(&self, _comm_id: u64, config: CommConfig) -> Result<CommCtx> {
+        let traffic_class = match config.traffic_class {
+            Some(tc) => u8::try_from(tc).map_err(|_| {
+                Error::invalid_argument(format!("trafficClass {tc} outside 0..=255"))
+            })?,
+            None => self.cfg.traffic_class,
+        };
+        Ok(CommCtx {
+            link: Link {
+                traffic_class,
+                sl: self.cfg.sl,
+            },
+        })
+    }
+
+    fn listen(
+        &self,
+        ctx: &CommCtx,
+        dev: usize,
+        handle: &mut NetHandle,
+    ) -> Result<Self::ListenComm> {
+        let d = self.device(dev)?;
+        let inner = Listener::new(
+            Arc::clone(&d.nic),
+            self.listen_ip,
+            ctx.link,
+            self.flush_enabled(d),
+            handle,
+        )?;
+        Ok(IbListen { dev, inner })
+    }
+
+    fn connect(
+        &self,
+        ctx: &CommCtx,
+        dev: usize,
+        handle: &mut NetHandle,
+    ) -> Result<Option<Self::SendComm>> {
+        let d = self.device(dev)?;
+        let mut state = match handle.take_pending::<Connecting<B::Nic>>() {
+            Some(s) => s,
+            None => Box::new(Connecting::start(
+                Arc::clone(&d.nic),
+                handle,
+                self.cfg.qps_per_connection,
+                ctx.link,
+            )?),
+        };
+        match state.step()? {
+            Some((sender, side)) => Ok(Some(IbSend {
+                dev,
+                inner: Arc::new(Mutex::new(sender)),
+                _side_channel: side,
+            })),
+            None => {
+                handle.set_pending(state);
+                Ok(None)
+            }
+        }
+    }
+
+    fn accept(&self, listen: &mut Self::ListenComm) -> Result<Option<Self::RecvComm>> {
+        Ok(listen.inner.accept()?.map(|(receiver, side)| IbRecv {
+            dev: listen.dev,
+            inner: Arc::new(Mutex::new(receiver)),
+            _side_channel: side,
+        }))
+    }
+
+    fn reg_mr(&self, comm: CommRef<'_, Self>, region: MemRegion) -> Result<Self::Mr> {
+        let dev = Self::comm_dev(&comm);
+        let d = self.device(dev)?;
+        self.check_kind(d, region.kind)?;
+        let entry =
+            lock(&d.cache)?.acquire(region.addr, region.len, region.kind, |start, len| {
+                // SAFETY: NCCL keeps the buffer allocated until deregMr, and the cache
+                // drops this registration at the last deregMr covering it; the pages
+                // around the buffer belong to the same allocation's mappings.
+                unsafe { d.nic.reg_mr(start, len) }
+            })?;
+        Ok(IbMr { dev, entry })
+    }
+
+    fn reg_mr_dmabuf(
+        &self,
+        comm: CommRef<'_, Self>,
+        region: MemRegion,
+        offset: u64,
+        fd: i32,
+    ) -> Result<Self::Mr> {
+        let dev = Self::comm_dev(&comm);
+        let d = self.device(dev)?;
+        if d.props.ptr_support & ptr::DMABUF == 0 {
+            return Err(Error::internal(format!(
+                "NET/cclkit-ib: {} does not support dma-buf registration",
+                d.props.name
+            )));
+        }
+        self.check_kind(d, region.kind)?;
+        // Like NCCL: the page-aligned range is the iova, the offset is the caller's.
+        let entry =
+            lock(&d.cache)?.acquire(region.addr, region.len, region.kind, |start, len| {
+                d.nic.reg_mr_dmabuf(start, len, offset, fd)
+            })?;
+        Ok(IbMr { dev, entry })
+    }
+
+    fn dereg_mr(&self, comm: CommRef<'_, Self>, mr: Self::Mr) -> Result<()> {
+        let _ = comm;
+        let d = self.device(mr.dev)?;
+        let last = lock(&d.cache)?.release(mr.entry)?;
+        match last {
+            Some(m) => d.nic.dereg_mr(m),
+            None => Ok(()),
+        }
+    }
+
+    fn isend(
+        &self,
+        comm: &mut Self::SendComm,
+        buf: Buf,
+        tag: i32,
+        mr: Option<&Self::Mr>,
+    ) -> Result<Option<Self::Request>> {
+        if buf.len() > MAX_MESSAGE {
+            return Err(Error::invalid_argument(format!(
+                "isend of {} bytes exceeds maxP2pBytes ({MAX_MESSAGE})",
+                buf.len()
+            )));
+        }
+        let addr = buf.as_ptr() as usize;
+        let lkey = self
+            .covering(comm.dev, mr, addr, buf.len())?
+            .map_or(0, |e| B::Nic::keys(&e.mr).0);
+        let send = SendBuf {
+            addr: addr as u64,
+            len: buf.len(),
+            lkey,
+        };
+        let cell = lock(&comm.inner)?.isend(send, tag)?;
+        Ok(cell.map(|cell| {
+            Box::new(IbRequest {
+                cell,
+                side: Side::Send(Arc::clone(&comm.inner)),
+            })
+        }))
+    }
+
+    fn irecv(
+        &self,
+        comm: &mut Self::RecvComm,
+        bufs: &[RecvBuf<'_, Self::Mr>],
+        _optional_completion: bool,
+    ) -> Result<Option<Self::Request>> {
+        let mut targets = Vec::with_capacity(bufs.len());
+        for b in bufs {
+            let addr = b.buf.as_ptr() as usize;
+            let rkey = self
+                .covering(comm.dev, b.mr, addr, b.buf.len())?
+                .map_or(0, |e| B::Nic::keys(&e.mr).1);
+            targets.push(RecvTarget {
+                addr: addr as u64,
+                len: b.buf.len(),
+                rkey,
+                tag: b.tag,
+            });
+        }
+        let cell = lock(&comm.inner)?.irecv(&targets)?;
+        Ok(cell.map(|cell| {
+            Box::new(IbRequest {
+                cell,
+                side: Side::Recv(Arc::clone(&comm.inner)),
+            })
+        }))
+    }
+
+    fn iflush(
+        &self,
+        comm: &mut Self::RecvComm,
+        bufs: &[RecvBuf<'_, Self::Mr>],
+    ) -> Result<Option<Self::Request>> {
+        // Only GPU memory needs the PCIe-ordering read; NCCL reads from the last
+        // non-empty buffer.
+        let Some((b, mr)) = bufs
+            .iter()
+            .rev()
+            .filter(|b| !b.buf.is_empty())
+            .find_map(|b| b.mr.filter(|m| m.entry.kind == ptr::CUDA).map(|m| (b, m)))
+        else {
+            return Ok(None);
+        };
+        let addr = b.buf.as_ptr() as usize;
+        let entry = self
+            .covering(comm.dev, Some(mr), addr, b.buf.len())?
+            .ok_or_else(|| Error::internal("flush without registration"))?;
+        let target = (addr as u64, B::Nic::keys(&entry.mr).1);
+        let cell = lock(&comm.inner)?.iflush(Some(target))?;
+        Ok(cell.map(|cell| {
+            Box::new(IbRequest {
+                cell,
+                side: Side::Recv(Arc::clone(&comm.inner)),
+            })
+        }))
+    }
+
+    fn test(request: &mut Self::Request, sizes: &mut Sizes<'_>) -> Result<bool> {
+        if request.cell.state() == State::Pending {
+            // Errors also fail the request's cell; reported below.
+            let _ = match &request.side {
+                Side::Send(s) => lock(s)?.progress(),
+                Side::Recv(r) => lock(r)?.progress(),
+            };
+        }
+        match request.cell.state() {
+            State::Pending => Ok(false),
+            State::Done => {
+                for i in 0..request.cell.len() {
+                    sizes.set(i, request.cell.size(i) as usize)?;
+                }
+                Ok(true)
+            }
+            State::Failed => Err(match &request.side {
+                Side::Send(s) => lock(s)?.fatal().cloned(),
+                Side::Recv(r) => lock(r)?.fatal().cloned(),
+            }
+            .unwrap_or_else(|| Error::remote("NET/cclkit-ib: request failed"))),
+        }
+    }
+}
