@@ -61,8 +61,10 @@ impl Child {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(msg) = line.strip_prefix("@@ ") {
-                    if tx.send(msg.to_owned()).is_err() {
+                // libtest prints "test <name> ... " without a newline before the
+                // test runs, so a marker may start mid-line.
+                if let Some(pos) = line.find("@@ ") {
+                    if tx.send(line[pos + 3..].to_owned()).is_err() {
                         break;
                     }
                 } else {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod roles;
 pub mod script;
 
 use std::ffi::{CStr, c_int, c_void};
