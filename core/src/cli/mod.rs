@@ -1,0 +1,39 @@
+//! The `cclkit` command line.
+//!
+//! Adding a subcommand: write `cli/<name>.rs` with an `Args` struct (clap derive) and
+//! a `run(&Args) -> ExitCode`, then add one variant to [`Command`] and one match arm
+//! in [`run`].
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod doctor;
+pub mod info;
+pub mod report;
+
+/// cclkit: NCCL/RCCL plugin toolkit.
+#[derive(Debug, Parser)]
+#[command(name = "cclkit", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Walk the plugin resolution NCCL/RCCL would do here and explain every step.
+    Doctor(doctor::DoctorArgs),
+    /// Show symbols, versions, names and device properties of one plugin library.
+    Info(info::InfoArgs),
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: &Cli) -> ExitCode {
+    match &cli.command {
+        Command::Doctor(a) => doctor::run(a),
+        Command::Info(a) => info::run(a),
+    }
+}

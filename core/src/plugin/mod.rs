@@ -1,0 +1,44 @@
+//! The plugin loader: NCCL/RCCL name resolution, `dlopen` with refcounted reload, host
+//! adapters for every net and tuner ABI version, the logger handed to plugins, and the
+//! per-process selection walk with loud fallback.
+//!
+//! | module | job |
+//! | --- | --- |
+//! | [`config`] | [`LoaderConfig`]: every environment variable, read in one place |
+//! | [`resolve`] | which names `dlopen` is tried with (NCCL 2.30 rules) |
+//! | [`library`] | `dlopen(RTLD_NOW \| RTLD_LOCAL)`, shared handles, reload |
+//! | [`symbols`] | versioned symbols a library exports; what each NCCL release picks |
+//! | [`net`] | [`net::NetPlugin`] → [`net::NetContext`] → comms and requests |
+//! | [`tuner`] | [`tuner::TunerPlugin`] → [`tuner::TunerContext`] |
+//! | [`select`] | the walk NCCL does per communicator, keeping every attempt |
+//! | [`logger`] | the C-variadic `ncclDebugLogger_t` → `tracing` |
+//!
+//! Every `extern "C"` function on the host side lives under this module.
+
+pub mod config;
+pub mod error;
+pub mod guard;
+pub mod library;
+pub mod logger;
+pub mod net;
+pub mod open;
+pub mod resolve;
+pub mod select;
+pub mod symbols;
+
+pub mod tuner;
+
+pub use config::{Flavor, LoaderConfig, PluginKind};
+pub use error::{CallError, Cause, LoadError, NetError, OpenAttempt, OpenOutcome, TunerError};
+pub use library::Library;
+
+/// The function type inside one of the ABI crate's `Option<fn>` slot aliases.
+pub(crate) trait Slot {
+    /// The non-NULL function pointer type.
+    type Fn: Copy;
+}
+impl<F: Copy> Slot for Option<F> {
+    type Fn = F;
+}
+/// `FnOf<fns::InitV6>`: the `unsafe extern "C" fn` type of that slot.
+pub(crate) type FnOf<T> = <T as Slot>::Fn;
