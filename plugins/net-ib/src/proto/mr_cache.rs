@@ -165,34 +165,30 @@ mod tests {
     fn sub_ranges_of_a_registration_hit_and_the_last_release_deregisters() {
         let made = RefCell::new(Vec::new());
         let mut cache = MrCache::<u32>::new(PAGE);
-        let mut register = |s: usize, l: usize| {
+        let register = |s: usize, l: usize| {
             made.borrow_mut().push((s, l));
             Ok(made.borrow().len() as u32)
         };
         // NCCL's early registration of a user buffer (odd start and size).
         let base = 0x10_0000 + 100;
-        let big = cache
-            .acquire(base, 10 * PAGE, ptr::HOST, &mut register)
-            .unwrap();
+        let big = cache.acquire(base, 10 * PAGE, ptr::HOST, register).unwrap();
         assert_eq!((big.start, big.len), (0x10_0000, 11 * PAGE));
         // Sub-ranges from the real comms: hits, no new registration.
         let a = cache
-            .acquire(base + 5000, 3 * PAGE, ptr::HOST, &mut register)
+            .acquire(base + 5000, 3 * PAGE, ptr::HOST, register)
             .unwrap();
-        let b = cache
-            .acquire(0x10_0000, 1, ptr::HOST, &mut register)
-            .unwrap();
+        let b = cache.acquire(0x10_0000, 1, ptr::HOST, register).unwrap();
         let c = cache
-            .acquire(base + 10 * PAGE - 1, 1, ptr::HOST, &mut register)
+            .acquire(base + 10 * PAGE - 1, 1, ptr::HOST, register)
             .unwrap();
         assert_eq!(made.borrow().len(), 1);
         assert_eq!((a.id, b.id, c.id), (big.id, big.id, big.id));
         assert_eq!(cache.stats().hits, 3);
         // Past the end, another kind: new registrations.
         let d = cache
-            .acquire(0x10_0000 + 11 * PAGE, 8, ptr::HOST, &mut register)
+            .acquire(0x10_0000 + 11 * PAGE, 8, ptr::HOST, register)
             .unwrap();
-        let e = cache.acquire(base, 16, ptr::CUDA, &mut register).unwrap();
+        let e = cache.acquire(base, 16, ptr::CUDA, register).unwrap();
         assert_ne!(d.id, big.id);
         assert_ne!(e.id, big.id);
         assert_eq!(made.borrow().len(), 3);

@@ -1,4 +1,5 @@
 //! The receiver-driven protocol end to end, on the in-memory fake NIC.
+#![allow(clippy::needless_range_loop)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,11 +130,7 @@ fn single_messages_of_random_sizes_arrive_intact_over_1_to_4_qps() {
             assert_eq!((r.state(), s.state()), (State::Done, State::Done));
             assert_eq!(r.size(0) as usize, size, "nqps {nqps}");
             assert_eq!(s.size(0) as usize, size);
-            assert_eq!(
-                &bytes(&dst)[..size],
-                &bytes(&src)[..],
-                "nqps {nqps} size {size}"
-            );
+            assert_eq!(&bytes(&dst)[..size], bytes(&src), "nqps {nqps} size {size}");
             assert!(
                 bytes(&dst)[size..].iter().all(|&x| x == 0xAB),
                 "wrote past the size"

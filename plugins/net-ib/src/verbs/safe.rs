@@ -123,12 +123,12 @@ impl DeviceList {
         // SAFETY: `d` is a live device of the list; the name is a NUL-terminated
         // string owned by it.
         let name = unsafe { (self.verbs.get_device_name)(d) };
-        // SAFETY: non-NULL names are NUL-terminated C strings.
-        (!name.is_null()).then(|| {
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
-        })
+        if name.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL names are NUL-terminated C strings owned by the list.
+        let name = unsafe { CStr::from_ptr(name) };
+        Some(name.to_string_lossy().into_owned())
     }
 
     /// `ibv_open_device` on device `i`; the context stays valid after the list is freed.
