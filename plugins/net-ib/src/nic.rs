@@ -3,7 +3,7 @@
 //! The receiver-driven protocol ([`crate::proto`]) needs only these operations of an
 //! RDMA NIC: register memory, create a CQ and RC QPs, connect a QP to a remote one,
 //! post RDMA WRITE / WRITE_WITH_IMM / READ, post a receive for an immediate, and poll
-//! completions. [`crate::verbs::VerbsNic`] implements them with libibverbs; the unit
+//! completions. [`crate::verbs::nic::VerbsNic`] implements them with libibverbs; the unit
 //! tests implement them with an in-memory test double (`fake::FakeNic`, compiled only
 //! for tests) that performs the RDMA operations between buffers of one process, so
 //! the whole protocol is exercised without RDMA hardware.

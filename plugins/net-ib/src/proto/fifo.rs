@@ -44,9 +44,10 @@ pub const SIZES_SLOT_BYTES: usize = 8 * MAX_RECVS;
 /// Bytes of all size records.
 pub const SIZES_BYTES: usize = SIZES_SLOT_BYTES * MAX_REQUESTS;
 
-/// The slot of sequence number `idx` (≥ 1).
+/// The slot of sequence number `idx` (≥ 1; a corrupt 0 maps to the last slot, where
+/// the caller's sequence check rejects it).
 pub fn slot_of(idx: u64) -> usize {
-    ((idx - 1) % MAX_REQUESTS as u64) as usize
+    (idx.wrapping_sub(1) % MAX_REQUESTS as u64) as usize
 }
 
 impl FifoElem {
@@ -110,6 +111,8 @@ impl HostMem {
     }
 
     fn word(&self, byte_offset: usize) -> &AtomicU64 {
+        // Cannot fire: callers pass slot < MAX_REQUESTS and element < MAX_RECVS. Kept
+        // so that a bug panics (caught by the export guard) instead of corrupting memory.
         assert!(
             byte_offset % 8 == 0 && byte_offset + 8 <= self.len(),
             "word offset {byte_offset} outside {} bytes",
@@ -196,5 +199,6 @@ mod tests {
         assert_eq!(slot_of(32), 31);
         assert_eq!(slot_of(33), 0);
         assert_eq!(slot_of(1000), 999 % 32);
+        assert_eq!(slot_of(0), 31, "a corrupt 0 does not underflow");
     }
 }
