@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cclkit_abi::{Error, Result};
 
-use crate::nic::{Completion, CompletionKind, Link, Nic, Op, PortAddr, QpCaps, SendWr};
+use crate::nic::{Completion, CompletionKind, Link, Nic, Op, PortAddr, QpCaps, SendWr, WriteOrder};
 
 /// `ibv_wc_status` values the fake produces.
 pub const LOC_PROT_ERR: u32 = 4;
@@ -55,6 +55,7 @@ struct MrRec {
     node: u32,
     addr: usize,
     len: usize,
+    order: WriteOrder,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -153,6 +154,15 @@ impl FakeFabric {
     /// Live registrations.
     pub fn live_mrs(&self) -> usize {
         self.lock().mrs.len()
+    }
+
+    /// Live registrations of node `node` with write order `order`.
+    pub fn mrs_of(&self, node: u32, order: WriteOrder) -> usize {
+        self.lock()
+            .mrs
+            .values()
+            .filter(|m| m.node == node && m.order == order)
+            .count()
     }
 
     /// QP numbers of node `node`.
@@ -403,7 +413,7 @@ impl Drop for FakeQp {
 }
 
 impl FakeNic {
-    fn register(&self, addr: usize, len: usize) -> FakeMr {
+    fn register(&self, addr: usize, len: usize, order: WriteOrder) -> FakeMr {
         let mut f = self.fabric.lock();
         let key = f.id();
         f.mrs.insert(
@@ -412,6 +422,7 @@ impl FakeNic {
                 node: self.node,
                 addr,
                 len,
+                order,
             },
         );
         FakeMr {
@@ -437,15 +448,15 @@ impl Nic for FakeNic {
         }
     }
 
-    unsafe fn reg_mr(&self, addr: usize, len: usize) -> Result<FakeMr> {
-        Ok(self.register(addr, len))
+    unsafe fn reg_mr(&self, addr: usize, len: usize, order: WriteOrder) -> Result<FakeMr> {
+        Ok(self.register(addr, len, order))
     }
 
     fn reg_mr_dmabuf(&self, addr: usize, len: usize, _offset: u64, fd: i32) -> Result<FakeMr> {
         if fd < 0 {
             return Err(Error::system(format!("ibv_reg_dmabuf_mr: bad fd {fd}")));
         }
-        Ok(self.register(addr, len))
+        Ok(self.register(addr, len, WriteOrder::Relaxed))
     }
 
     fn keys(mr: &FakeMr) -> (u32, u32) {

@@ -100,6 +100,17 @@ pub struct Link {
     pub sl: u8,
 }
 
+/// How the NIC may order its PCIe writes into a registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOrder {
+    /// Data buffers, read only after a completion: relaxed ordering is allowed
+    /// (`NCCL_IB_PCI_RELAXED_ORDERING`), which is faster behind some PCIe switches.
+    Relaxed,
+    /// Control memory polled in place (the CTS FIFO relies on a WRITE's bytes landing
+    /// in address order): never relaxed.
+    Strict,
+}
+
 /// Queue sizes of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {
@@ -128,7 +139,7 @@ pub trait Nic: Send + Sync + 'static {
     ///
     /// # Safety
     /// The memory must stay allocated until the registration is dropped.
-    unsafe fn reg_mr(&self, addr: usize, len: usize) -> Result<Self::Mr>;
+    unsafe fn reg_mr(&self, addr: usize, len: usize, order: WriteOrder) -> Result<Self::Mr>;
 
     /// Registers `len` bytes at `offset` of dma-buf `fd`, addressed as `addr`.
     fn reg_mr_dmabuf(&self, addr: usize, len: usize, offset: u64, fd: i32) -> Result<Self::Mr>;

@@ -14,7 +14,7 @@ use cclkit_abi::{Error, Result, nccl_info};
 use crate::config::Config;
 use crate::conn::setup::{Connecting, Listener};
 use crate::conn::sock::{interfaces, pick_address};
-use crate::nic::{Link, Nic};
+use crate::nic::{Link, Nic, WriteOrder};
 use crate::proto::MAX_MESSAGE;
 use crate::proto::mr_cache::{CacheEntry, MrCache};
 use crate::proto::recv::{Receiver, RecvTarget};
@@ -89,10 +89,12 @@ pub struct IbRecv<N: Nic> {
     _side_channel: TcpStream,
 }
 
-/// A registration handed to NCCL: a reference to a cached NIC registration.
+/// A registration handed to NCCL: a reference to a cached NIC registration (none
+/// for an empty buffer, which needs no key).
 pub struct IbMr<M> {
     dev: usize,
-    entry: Arc<CacheEntry<M>>,
+    kind: i32,
+    entry: Option<Arc<CacheEntry<M>>>,
 }
 
 enum Side<N: Nic> {
@@ -186,13 +188,17 @@ impl<B: Backend> IbNet<B> {
                 mr.dev
             )));
         }
-        if !mr.entry.covers(addr, len) {
-            return Err(Error::invalid_argument(format!(
+        match &mr.entry {
+            _ if len == 0 => Ok(None),
+            Some(e) if e.covers(addr, len) => Ok(Some(e)),
+            Some(e) => Err(Error::invalid_argument(format!(
                 "NET/cclkit-ib: buffer {addr:#x}+{len} lies outside its registration {:#x}+{}",
-                mr.entry.start, mr.entry.len
-            )));
+                e.start, e.len
+            ))),
+            None => Err(Error::invalid_argument(format!(
+                "NET/cclkit-ib: buffer {addr:#x}+{len} used with an empty registration"
+            ))),
         }
-        Ok(Some(&mr.entry))
     }
 }
 
@@ -319,14 +325,25 @@ impl<B: Backend> Net for IbNet<B> {
         let dev = Self::comm_dev(&comm);
         let d = self.device(dev)?;
         self.check_kind(d, region.kind)?;
+        if region.len == 0 {
+            return Ok(IbMr {
+                dev,
+                kind: region.kind,
+                entry: None,
+            });
+        }
         let entry =
             lock(&d.cache)?.acquire(region.addr, region.len, region.kind, |start, len| {
                 // SAFETY: NCCL keeps the buffer allocated until deregMr, and the cache
                 // drops this registration at the last deregMr covering it; the pages
                 // around the buffer belong to the same allocation's mappings.
-                unsafe { d.nic.reg_mr(start, len) }
+                unsafe { d.nic.reg_mr(start, len, WriteOrder::Relaxed) }
             })?;
-        Ok(IbMr { dev, entry })
+        Ok(IbMr {
+            dev,
+            kind: region.kind,
+            entry: Some(entry),
+        })
     }
 
     fn reg_mr_dmabuf(
@@ -345,18 +362,32 @@ impl<B: Backend> Net for IbNet<B> {
             )));
         }
         self.check_kind(d, region.kind)?;
+        if region.len == 0 {
+            return Ok(IbMr {
+                dev,
+                kind: region.kind,
+                entry: None,
+            });
+        }
         // Like NCCL: the page-aligned range is the iova, the offset is the caller's.
         let entry =
             lock(&d.cache)?.acquire(region.addr, region.len, region.kind, |start, len| {
                 d.nic.reg_mr_dmabuf(start, len, offset, fd)
             })?;
-        Ok(IbMr { dev, entry })
+        Ok(IbMr {
+            dev,
+            kind: region.kind,
+            entry: Some(entry),
+        })
     }
 
     fn dereg_mr(&self, comm: CommRef<'_, Self>, mr: Self::Mr) -> Result<()> {
         let _ = comm;
         let d = self.device(mr.dev)?;
-        let last = lock(&d.cache)?.release(mr.entry)?;
+        let Some(entry) = mr.entry else {
+            return Ok(());
+        };
+        let last = lock(&d.cache)?.release(entry)?;
         match last {
             Some(m) => d.nic.dereg_mr(m),
             None => Ok(()),
@@ -433,7 +464,7 @@ impl<B: Backend> Net for IbNet<B> {
             .iter()
             .rev()
             .filter(|b| !b.buf.is_empty())
-            .find_map(|b| b.mr.filter(|m| m.entry.kind == ptr::CUDA).map(|m| (b, m)))
+            .find_map(|b| b.mr.filter(|m| m.kind == ptr::CUDA).map(|m| (b, m)))
         else {
             return Ok(None);
         };

@@ -271,6 +271,22 @@ fn buffers_outside_their_registration_and_oversized_sends_are_errors() {
     let e = err(a.reg_mr_dmabuf(CommRef::Send(&c.send), region(&other, ptr::CUDA), 0, 3));
     assert!(e.message().contains("dma-buf"), "{}", e.message());
     a.dereg_mr(CommRef::Send(&c.send), mr).unwrap();
+    // An empty buffer (even at NULL) registers nothing with the NIC.
+    let live = fabric.live_mrs();
+    let null = MemRegion {
+        addr: 0,
+        len: 0,
+        kind: ptr::HOST,
+    };
+    let empty = a.reg_mr(CommRef::Send(&c.send), null).unwrap();
+    assert_eq!(fabric.live_mrs(), live);
+    let e = err(a.isend(&mut c.send, buf(&mut small), 0, Some(&empty)));
+    assert!(
+        e.message().contains("empty registration"),
+        "{}",
+        e.message()
+    );
+    a.dereg_mr(CommRef::Send(&c.send), empty).unwrap();
 }
 
 #[test]

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use cclkit_abi::raw::net::MAX_NET_SIZE;
 use cclkit_abi::{Error, Result};
 
-use crate::nic::{Completion, Nic, QpCaps};
+use crate::nic::{Completion, Nic, QpCaps, WriteOrder};
 use crate::verbs::sys::wc_status_name;
 
 pub mod endpoint;
@@ -95,7 +95,8 @@ impl<N: Nic> Registered<N> {
         let mem = fifo::HostMem::new(len)
             .ok_or_else(|| Error::system(format!("cannot allocate {len} bytes")))?;
         // SAFETY: `mem` is owned by the returned value and outlives `mr` (field order).
-        let mr = unsafe { nic.reg_mr(mem.addr(), mem.len())? };
+        // Strict: the peer's NIC writes CTS entries here that are polled in place.
+        let mr = unsafe { nic.reg_mr(mem.addr(), mem.len(), WriteOrder::Strict)? };
         Ok(Self { mr, mem })
     }
 

@@ -14,7 +14,7 @@ use super::send::{SendBuf, Sender};
 use super::split::chunk;
 use super::{MAX_RECVS, MAX_REQUESTS};
 use crate::fake::{self, FakeFabric, FakeMr, FakeNic};
-use crate::nic::{Link, Nic, Op};
+use crate::nic::{Link, Nic, Op, WriteOrder};
 use cclkit_abi::raw::common::NcclResult;
 
 const SENDER: u32 = 1;
@@ -55,7 +55,14 @@ impl Buf {
     fn new(nic: &FakeNic, data: Vec<u8>) -> Self {
         // SAFETY: `data` lives in the returned value next to its registration, and is
         // never reallocated.
-        let mr = unsafe { nic.reg_mr(data.as_ptr() as usize, data.len().max(1)) }.unwrap();
+        let mr = unsafe {
+            nic.reg_mr(
+                data.as_ptr() as usize,
+                data.len().max(1),
+                WriteOrder::Relaxed,
+            )
+        }
+        .unwrap();
         Self { data, mr }
     }
     fn random(nic: &FakeNic, len: usize) -> Self {
@@ -438,6 +445,19 @@ fn flush_reads_one_byte_through_the_loopback_qp() {
             .is_none()
     );
     q.drive();
+}
+
+#[test]
+fn control_memory_is_registered_strictly_ordered_and_data_may_be_relaxed() {
+    let p = pair(2, true);
+    // Sender: CTS FIFO + size-record staging. Receiver: CTS staging, size records,
+    // flush scratch. All polled or DMA-ordered: never relaxed.
+    assert_eq!(p.fabric.mrs_of(SENDER, WriteOrder::Strict), 2);
+    assert_eq!(p.fabric.mrs_of(RECEIVER, WriteOrder::Strict), 3);
+    assert_eq!(p.fabric.mrs_of(RECEIVER, WriteOrder::Relaxed), 0);
+    let b = Buf::new(&p.b, vec![0; 64]);
+    assert_eq!(p.fabric.mrs_of(RECEIVER, WriteOrder::Relaxed), 1);
+    drop(b);
 }
 
 #[test]

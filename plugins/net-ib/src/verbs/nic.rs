@@ -7,7 +7,7 @@ use cclkit_abi::{Error, Result};
 use super::safe::{Context, Cq, Mr, Pd, Qp};
 use super::sys::*;
 use crate::config::Config;
-use crate::nic::{Completion, CompletionKind, Link, Nic, Op, PortAddr, QpCaps, SendWr};
+use crate::nic::{Completion, CompletionKind, Link, Nic, Op, PortAddr, QpCaps, SendWr, WriteOrder};
 
 /// One active port of an HCA.
 pub struct VerbsNic {
@@ -151,13 +151,17 @@ impl Nic for VerbsNic {
         self.addr
     }
 
-    unsafe fn reg_mr(&self, addr: usize, len: usize) -> Result<Mr> {
+    unsafe fn reg_mr(&self, addr: usize, len: usize, order: WriteOrder) -> Result<Mr> {
+        let access = match order {
+            WriteOrder::Relaxed => self.access,
+            WriteOrder::Strict => self.access & !IBV_ACCESS_RELAXED_ORDERING,
+        };
         // SAFETY: forwarded contract (memory outlives the registration).
-        match unsafe { self.pd.reg_mr(addr, len, self.access) } {
+        match unsafe { self.pd.reg_mr(addr, len, access) } {
             Ok(mr) => Ok(mr),
             // Some kernels reject relaxed ordering for some memory: retry without.
-            Err(_) if self.access & IBV_ACCESS_RELAXED_ORDERING != 0 => {
-                let plain = self.access & !IBV_ACCESS_RELAXED_ORDERING;
+            Err(_) if access & IBV_ACCESS_RELAXED_ORDERING != 0 => {
+                let plain = access & !IBV_ACCESS_RELAXED_ORDERING;
                 // SAFETY: as above.
                 Ok(unsafe { self.pd.reg_mr(addr, len, plain) }?)
             }
