@@ -137,6 +137,26 @@ fn bench(c: &mut Criterion) {
         // SAFETY: context from init, finalized once.
         unsafe { t.finalize.unwrap()(mctx) };
     });
+    group.bench_function("Model::apply alone (no fn pointer, no guard)", |b| {
+        use cclkit_abi::tuner::{CollInfo, CostTable};
+        use cclkit_tuner::model::{LinkParams, Model};
+        let m = Model::new(16, 2, &LinkParams::default(), Some(&constants));
+        let mut k = 0usize;
+        b.iter(|| {
+            let (func, n) = queries[k % queries.len()];
+            k += 1;
+            let mut costs = template;
+            let mut t = CostTable::new(&mut costs, 7, 3).unwrap();
+            let info = CollInfo {
+                func,
+                n_bytes: n,
+                num_pipe_ops: 1,
+                reg_buff: Some(false),
+            };
+            black_box(m.apply(black_box(&info), &mut t));
+            black_box(&costs);
+        })
+    });
     group.finish();
     // SAFETY: context from init, finalized once.
     unsafe { t.finalize.unwrap()(ctx) };

@@ -389,30 +389,36 @@ impl Model {
     /// which an entry already costs 0 (already chosen) is left alone. Returns
     /// whether anything was written.
     pub fn apply(&self, info: &CollInfo, table: &mut CostTable<'_>) -> bool {
+        let Some(f) = usize::try_from(info.func.0).ok().filter(|f| *f < NF) else {
+            return false;
+        };
+        let (lat, per_byte) = (&self.lat[f], &self.per_byte[f]);
         let na = table.num_algo().min(NA);
         let np = table.num_proto().min(NP);
+        let pipes = info.num_pipe_ops.max(1) as f32;
+        let bytes = info.n_bytes as f32;
         let mut pred = [[f32::NAN; NP]; NA];
         let mut k = 1.0f32;
         let mut any = false;
-        for (a, row) in pred.iter_mut().enumerate().take(na) {
-            for (p, slot) in row.iter_mut().enumerate().take(np) {
-                let (algo, proto) = (Algorithm(a as i32), Protocol(p as i32));
-                let Some(cur) = table.get(algo, proto) else {
-                    continue;
-                };
-                let Some(t) = self.predict(info.func, algo, proto, info.n_bytes, info.num_pipe_ops)
-                else {
-                    continue;
-                };
-                if cur <= 0.0 {
-                    return false;
-                }
-                if t > 0.0 {
-                    k = k.min(cur / t);
-                }
-                *slot = t;
-                any = true;
+        // `supported()` visits only the entries NCCL offers (a handful of 21).
+        for (algo, proto, cur) in table.supported() {
+            let (a, p) = (algo.0 as usize, proto.0 as usize);
+            if a >= na || p >= np {
+                continue;
             }
+            let t = lat[a][p] * pipes + bytes * per_byte[a][p];
+            // NaN (not modelled) and inf fail this test.
+            if !(0.0..f32::INFINITY).contains(&t) {
+                continue;
+            }
+            if cur <= 0.0 {
+                return false;
+            }
+            if t > 0.0 {
+                k = k.min(cur / t);
+            }
+            pred[a][p] = t;
+            any = true;
         }
         if !any {
             return false;
