@@ -11,6 +11,7 @@ use cclkit_abi::{Error, Result};
 
 use crate::wire::{MAX_RECVS, MAX_STREAMS};
 
+
 /// Address family restriction (`NCCL_SOCKET_FAMILY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -55,7 +56,9 @@ impl Default for Config {
             socks_per_thread: None,
             inline_bytes: 64 * 1024,
             min_chunk: 64 * 1024,
-            max_recvs: MAX_RECVS,
+            // Grouped receives cost a clear-to-send record per receive (about one
+            // syscall on each side of every message); opt in where NCCL groups.
+            max_recvs: 1,
             connect_timeout: Duration::from_secs(120),
         }
     }
@@ -206,7 +209,7 @@ mod tests {
             ("NCCL_SOCKET_NTHREADS", "4"),
             ("NCCL_NSOCKS_PERTHREAD", "-2"),
             ("NCCL_SOCKET_INLINE", "128"),
-            ("CCLKIT_SOCKET_MAX_RECVS", "1"),
+            ("CCLKIT_SOCKET_MAX_RECVS", "6"),
             ("CCLKIT_SOCKET_MAXRECVS", "4"),
         ])
         .unwrap();
@@ -215,7 +218,8 @@ mod tests {
         assert_eq!(cfg.nthreads, Some(4));
         assert_eq!(cfg.socks_per_thread, None);
         assert_eq!(cfg.inline_bytes, 128);
-        assert!(!cfg.grouped());
+        assert_eq!(cfg.max_recvs, 6);
+        assert!(cfg.grouped());
         assert_eq!(warn.len(), 1);
         assert!(warn[0].contains("CCLKIT_SOCKET_MAXRECVS"));
     }

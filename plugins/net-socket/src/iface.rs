@@ -233,21 +233,24 @@ const VENDOR_GCP: u16 = 0x1ae0;
 
 /// Default `(threads, sockets per thread)` for a device when the user set neither.
 ///
-/// NCCL's cloud-vendor rules, else by link speed, never more helper threads than
-/// CPUs: one stream cannot fill a fast link (a core copies roughly 20–40 Gb/s
-/// through TCP), and more threads than cores only adds switching.
+/// NCCL's cloud-vendor rules, else by link speed: one stream cannot fill a fast
+/// link (a core moves roughly 20–40 Gb/s through TCP), so faster links get more
+/// streams and threads, but never more helper threads than half the CPUs (the
+/// proxy threads poll too). Loopback gets none: its throughput is the CPU copying
+/// on both ends, which extra streams only split, and handing a message to a helper
+/// thread costs a wake-up that the proxy thread's own I/O does not.
 pub fn auto_streams(dev: &Device, cpus: usize) -> (usize, usize) {
     let (threads, socks) = match dev.pci_vendor {
         Some(VENDOR_AWS) => (2, 8),
         Some(VENDOR_GCP) => (4, 1),
-        _ if dev.loopback => (2, 1),
+        _ if dev.loopback => (0, 1),
         _ => match dev.speed_mbps.unwrap_or(10_000) {
             s if s >= 100_000 => (4, 2),
             s if s >= 25_000 => (2, 2),
             _ => (1, 2),
         },
     };
-    (threads.min(cpus.max(1)), socks)
+    (threads.min((cpus / 2).max(1)), socks)
 }
 
 #[cfg(test)]
@@ -318,8 +321,10 @@ mod tests {
         assert_eq!(auto_streams(&d, 64), (2, 8));
         d.pci_vendor = None;
         assert_eq!(auto_streams(&d, 64), (4, 2));
-        assert_eq!(auto_streams(&d, 2), (2, 2));
+        assert_eq!(auto_streams(&d, 2), (1, 2));
         d.speed_mbps = None;
         assert_eq!(auto_streams(&d, 64), (1, 2));
+        d.loopback = true;
+        assert_eq!(auto_streams(&d, 64), (0, 1));
     }
 }

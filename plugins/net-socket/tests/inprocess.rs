@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use cclkit_abi::net::NetHandle;
 use cclkit_abi::raw::common::NcclResult;
 use cclkit_net_socket::wire::HandleInfo;
-use common::script::{exchange, grouped, singles};
-use common::{PTR_CUDA, PTR_HOST, Plugin, Ptr, SIZES, Ver, pattern, seed, send_now, wait_one};
+use common::script::{exchange, singles};
+use common::{PTR_CUDA, PTR_HOST, Plugin, Ptr, SIZES, Ver, pattern, seed, send_now, truncate, wait_one};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -27,7 +27,7 @@ fn name_devices_and_properties() {
             assert!(!props.name.is_empty());
             assert_eq!(props.ptr_support, PTR_HOST);
             assert!(props.speed > 0);
-            assert_eq!(props.max_recvs, 8);
+            assert_eq!(props.max_recvs, 1, "grouped receives are opt-in");
             let sys = format!("/sys/class/net/{}/device", props.name);
             assert_eq!(props.pci_path.is_some(), std::path::Path::new(&sys).exists());
             if ver != Ver::V8 {
@@ -68,42 +68,6 @@ fn thirty_two_outstanding_random_sizes() {
 }
 
 #[test]
-fn grouped_receives_match_by_tag() {
-    let s = seed();
-    for (ver, n) in [(Ver::V12, 8), (Ver::V11, 3), (Ver::V8, 4)] {
-        let p = Plugin::open(ver);
-        let (send, recv) = p.pair(0);
-        exchange(&p, send, recv, &grouped(24, n, s), s, 0, 0, 32, LONG);
-        p.close_send(send);
-        p.close_recv(recv);
-    }
-}
-
-/// Posts one receive of `cap` bytes and one send of `len`; returns the receive's
-/// and the send's outcomes.
-fn truncate(p: &Plugin, send: Ptr, recv: Ptr, cap: usize, len: usize) -> (NcclResult, NcclResult) {
-    let mut rbuf = vec![0u8; cap];
-    let mut sbuf = pattern(1, 2, len);
-    // SAFETY: both buffers outlive the requests (waited on below).
-    let rreq = unsafe { p.irecv(recv, &[(rbuf.as_mut_ptr(), cap)], &[0], &[std::ptr::null_mut()]) }.unwrap();
-    let deadline = Instant::now() + LONG;
-    let sres = loop {
-        // SAFETY: as above.
-        match unsafe { p.isend(send, sbuf.as_mut_ptr(), len, 0, std::ptr::null_mut()) } {
-            Ok(r) if r.is_null() => {
-                let mut sizes = [0; 64];
-                assert!(!p.test(rreq, &mut sizes).unwrap_or(false));
-                assert!(Instant::now() < deadline);
-            }
-            Ok(r) => break wait_one(p, r, LONG).map(|_| ()),
-            Err(e) => break Err(e),
-        }
-    };
-    let rres = wait_one(p, rreq, LONG).map(|_| ());
-    (rres.err().unwrap_or(NcclResult::SUCCESS), sres.err().unwrap_or(NcclResult::SUCCESS))
-}
-
-#[test]
 fn truncation_is_an_error_and_the_stream_stays_in_sync() {
     let s = seed();
     for ver in Ver::ALL {
@@ -112,14 +76,29 @@ fn truncation_is_an_error_and_the_stream_stays_in_sync() {
         for (cap, len) in [(10, 100), (64 << 10, 3 << 20), (0, 1)] {
             let (r, snd) = truncate(&p, send, recv, cap, len);
             assert_eq!(r, NcclResult::INVALID_USAGE, "{len} bytes into {cap}: receive");
-            // The sender knows the receive size in grouped mode (the default) and says so.
-            assert_eq!(snd, NcclResult::INVALID_USAGE, "{len} bytes into {cap}: send");
+            // Without clear-to-send records the sender cannot know the receive size.
+            assert_eq!(snd, NcclResult::SUCCESS, "{len} bytes into {cap}: send");
             // The next messages arrive intact: no byte of the truncated one was left behind.
             exchange(&p, send, recv, &singles(&[7, 1 << 20]), s, 0, 0, 4, LONG);
         }
         p.close_send(send);
         p.close_recv(recv);
     }
+}
+
+#[test]
+fn grouped_receive_needs_max_recvs() {
+    let p = Plugin::open(Ver::V12);
+    let (send, recv) = p.pair(0);
+    let mut a = [0u8; 8];
+    let mut b = [0u8; 8];
+    let bufs = [(a.as_mut_ptr(), 8), (b.as_mut_ptr(), 8)];
+    let none = [std::ptr::null_mut(); 2];
+    // SAFETY: the call fails before anything is posted.
+    let r = unsafe { p.irecv(recv, &bufs, &[0, 1], &none) };
+    assert_eq!(r.unwrap_err(), NcclResult::INVALID_ARGUMENT);
+    p.close_send(send);
+    p.close_recv(recv);
 }
 
 #[test]

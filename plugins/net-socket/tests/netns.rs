@@ -110,6 +110,7 @@ fn two_namespaces_over_veth() {
     let env = |i: usize| -> Vec<(&str, String)> {
         vec![
             ("NCCL_SOCKET_IFNAME", format!("={}", net.dev[i])),
+            ("CCLKIT_SOCKET_MAX_RECVS", "4".to_owned()),
             ("CCLKIT_TEST_GROUPED", "4".to_owned()),
         ]
     };

@@ -32,10 +32,24 @@ fn two_process_v12_with_v8_default_config() {
     if as_child() {
         return;
     }
-    let e = env(&[("CCLKIT_TEST_GROUPED", "5")]);
     exchange_pair(
         "two_process_v12_with_v8_default_config",
         [Ver::V12, Ver::V8],
+        [&[], &[]],
+        [&[], &[]],
+        seed(),
+    );
+}
+
+#[test]
+fn two_process_grouped_receives_v11_with_v12() {
+    if as_child() {
+        return;
+    }
+    let e = env(&[("CCLKIT_SOCKET_MAX_RECVS", "8"), ("CCLKIT_TEST_GROUPED", "5")]);
+    exchange_pair(
+        "two_process_grouped_receives_v11_with_v12",
+        [Ver::V11, Ver::V12],
         [&e, &e],
         [&[], &[]],
         seed(),
@@ -75,9 +89,9 @@ fn two_process_eight_streams_everything_striped() {
         ("NCCL_SOCKET_INLINE", "0"),
         ("NCCL_SOCKET_MIN_TASKSIZE", "4096"),
     ];
-    let a = env(&striped);
-    let mut b = env(&striped);
-    b.extend(env(&[("CCLKIT_SOCKET_MAX_RECVS", "1")]));
+    let mut a = env(&striped);
+    a.extend(env(&[("CCLKIT_SOCKET_MAX_RECVS", "8")]));
+    let b = env(&striped);
     exchange_pair(
         "two_process_eight_streams_everything_striped",
         [Ver::V12, Ver::V12],

@@ -515,3 +515,28 @@ pub unsafe fn send_now(p: &Plugin, comm: Ptr, data: *mut u8, len: usize, tag: c_
         assert!(Instant::now() < deadline, "isend never posted");
     }
 }
+
+/// Posts one receive of `cap` bytes and one send of `len`; returns the receive's
+/// and the send's outcomes.
+pub fn truncate(p: &Plugin, send: Ptr, recv: Ptr, cap: usize, len: usize) -> (NcclResult, NcclResult) {
+    let mut rbuf = vec![0u8; cap];
+    let mut sbuf = pattern(1, 2, len);
+    // SAFETY: both buffers outlive the requests (waited on below).
+    let rreq = unsafe { p.irecv(recv, &[(rbuf.as_mut_ptr(), cap)], &[0], &[std::ptr::null_mut()]) }.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sres = loop {
+        // SAFETY: as above.
+        match unsafe { p.isend(send, sbuf.as_mut_ptr(), len, 0, std::ptr::null_mut()) } {
+            Ok(r) if r.is_null() => {
+                let mut sizes = [0; 64];
+                assert!(!p.test(rreq, &mut sizes).unwrap_or(false));
+                assert!(Instant::now() < deadline);
+            }
+            Ok(r) => break wait_one(p, r, Duration::from_secs(60)).map(|_| ()),
+            Err(e) => break Err(e),
+        }
+    };
+    let rres = wait_one(p, rreq, Duration::from_secs(60)).map(|_| ());
+    (rres.err().unwrap_or(NcclResult::SUCCESS), sres.err().unwrap_or(NcclResult::SUCCESS))
+}
+
