@@ -154,16 +154,13 @@ impl FileReport {
         if let Some(r) = &self.rpath {
             out.push(format!("{indent}rpath: {r}"));
         }
-        for family in [Family::Net, Family::CollNet, Family::Tuner] {
+        if !self.symbols.is_empty() {
             let syms: Vec<String> = self
                 .symbols
                 .iter()
-                .filter(|s| s.family == family)
-                .map(|s| format!("v{} ({} B)", s.version, s.size))
+                .map(|s| format!("{} ({} B)", s.symbol, s.size))
                 .collect();
-            if !syms.is_empty() {
-                out.push(format!("{indent}{}: {}", family.prefix(), syms.join(", ")));
-            }
+            out.push(format!("{indent}symbols: {}", syms.join(", ")));
         }
         if self.symbols.is_empty() {
             out.push(format!(

@@ -231,13 +231,12 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
             tuner.fell_back = sel.fell_back;
             tuner.chosen = Some(match &sel.tuner {
                 Some(t) => format!(
-                    "tuner '{}' ({}){}",
+                    "'{}' v{} ({})",
                     t.plugin().name(),
-                    t.plugin().symbol(),
+                    t.plugin().version(),
                     t.plugin()
                         .library()
-                        .map(|l| format!(" from {}", l.display_name()))
-                        .unwrap_or_default()
+                        .map_or_else(|| "linked in".to_owned(), |l| l.display_name())
                 ),
                 None => crate::plugin::select::BUILTIN_MODEL.to_owned(),
             });
@@ -260,7 +259,8 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
     }
     if tuner.fell_back {
         problems.push(format!(
-            "TUNER: the requested tuner cannot be used, so NCCL would use its built-in model: {}",
+            "TUNER: the requested tuner cannot be used; the job would use the built-in cost \
+             model. Reason: {}",
             first_failure(&tuner).unwrap_or_default()
         ));
     }
@@ -340,7 +340,11 @@ fn steps(attempts: &[Attempt], resolver: &Resolver) -> Vec<Step> {
                     }
                 })
                 .collect();
-            let file = file_path.and_then(|p| FileReport::inspect(&p, resolver).ok());
+            // The net library was already described in the NET section.
+            let same_as_net = opens_src.iter().any(|o| o.rule == crate::plugin::resolve::Rule::NetLibrary);
+            let file = file_path
+                .filter(|_| !same_as_net)
+                .and_then(|p| FileReport::inspect(&p, resolver).ok());
             Step {
                 attempt: a.clone(),
                 opens,
@@ -352,13 +356,14 @@ fn steps(attempts: &[Attempt], resolver: &Resolver) -> Vec<Step> {
 
 fn describe_net(p: &NetPlugin, ndev: usize) -> String {
     format!(
-        "net plugin '{}' ({}){}, {ndev} device(s)",
+        "'{}' v{} ({}, {ndev} device{})",
         p.name(),
-        p.symbol(),
+        p.version(),
         match p.library() {
-            Some(l) => format!(" from {}", l.display_name()),
-            None => " built into cclkit".to_owned(),
-        }
+            Some(l) => l.display_name(),
+            None => "built into cclkit".to_owned(),
+        },
+        if ndev == 1 { "" } else { "s" }
     )
 }
 
@@ -370,16 +375,22 @@ fn first_failure(s: &Section) -> Option<String> {
 }
 
 fn net_fallback_problem(config: &LoaderConfig, net: &Section) -> String {
-    let asked = match &config.net_plugin {
-        Some(v) => format!("NCCL_NET_PLUGIN={v} was requested"),
-        None => format!(
-            "{} is present",
+    let failed = net
+        .steps
+        .iter()
+        .find(|st| st.attempt.is_failure())
+        .map(|st| st.attempt.label.clone());
+    let asked = match (&config.net_plugin, failed) {
+        (Some(v), Some(l)) if *v != l => format!("'{l}' (from NCCL_NET_PLUGIN={v}) cannot be used"),
+        (Some(v), _) => format!("NCCL_NET_PLUGIN={v} cannot be used"),
+        (None, _) => format!(
+            "{} exists but cannot be used",
             resolve::default_name(PluginKind::Net, config.flavor)
         ),
     };
     let to = net.chosen.clone().unwrap_or_else(|| "nothing".into());
     format!(
-        "NET: {asked} but the job would fall back to {to}: {}",
+        "NET: {asked}; the job would fall back to {to}. Reason: {}",
         first_failure(net).unwrap_or_default()
     )
 }
@@ -441,12 +452,13 @@ fn verdict(net: &Section, tuner: &Section, problems: &[String]) -> String {
         .clone()
         .unwrap_or_else(|| "built-in cost model".into());
     if problems.is_empty() {
-        format!("OK: NET uses {net_s}; TUNER uses {tuner_s}")
+        format!("OK: NET {net_s}; TUNER {tuner_s}")
     } else {
-        format!(
-            "PROBLEM ({}): NET uses {net_s}; TUNER uses {tuner_s} — {}",
-            problems.len(),
-            problems[0]
-        )
+        let more = match problems.len() {
+            1 => String::new(),
+            n => format!(" (+{} more problem{})", n - 1, if n == 2 { "" } else { "s" }),
+        };
+        let first = problems[0].split(". Reason:").next().unwrap_or(&problems[0]);
+        format!("PROBLEM: {first}{more}")
     }
 }
