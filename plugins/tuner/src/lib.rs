@@ -12,7 +12,7 @@
 //! formats, modes, variables and model formulas.
 //!
 //! [`config`] is the public rule model that `cclkit tune` reuses: parse CSV/TOML,
-//! match, write either format, and [`config::diff`].
+//! match, write either format, and [`config::diff()`].
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 

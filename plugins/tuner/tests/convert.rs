@@ -346,3 +346,74 @@ fn rule_built_in_code() {
     );
     assert!(set.to_toml().contains("size = \"0..4K\""));
 }
+
+#[test]
+fn nested_ranges_fall_back_to_a_linear_index_with_the_same_decisions() {
+    use cclkit_abi::tuner::{CollInfo, CostTable};
+    use cclkit_tuner::engine::{Decision, Engine, Mode};
+    // 1500 nested size ranges: a segment index would need ~1.1M entries.
+    let mut text = String::new();
+    for i in 0..1500u64 {
+        text.push_str(&format!(
+            "allreduce,{},{},{},simple,-1,-1,-1,{}\n",
+            i * 1000,
+            u64::MAX / 2 - i * 1000,
+            ["tree", "ring"][(i % 2) as usize],
+            (i % 3) + 1
+        ));
+    }
+    let p = config::parse(&text, "nested.conf", Format::Csv);
+    assert!(p.is_ok());
+    let e = Engine::new(&p.rules, 8, 1, Mode::Rules, None);
+    assert_eq!(e.index_entries(), 1500, "expected the linear fallback");
+    let mut rng = Rng(7);
+    for _ in 0..2000 {
+        let n = rng.below(2_000_000) as usize;
+        let pipe = 1 + rng.below(3) as i32;
+        let mut costs = [1.0f32; 21];
+        let mut table = CostTable::new(&mut costs, 7, 3).unwrap();
+        let mut ch = 0;
+        let info = CollInfo {
+            func: Func::ALL_REDUCE,
+            n_bytes: n,
+            num_pipe_ops: pipe,
+            reg_buff: None,
+        };
+        let got = e.decide(&info, &mut table, &mut ch);
+        let want = p.rules.first_match(&Query {
+            func: Func::ALL_REDUCE,
+            n_bytes: n as u64,
+            n_nodes: 1,
+            n_ranks: 8,
+            num_pipe_ops: pipe,
+            reg_buff: None,
+        });
+        assert_eq!(
+            got,
+            want.map_or(Decision::Unchanged, |(_, r)| Decision::Rule {
+                line: r.line
+            })
+        );
+    }
+}
+
+/// The examples in README.md parse cleanly.
+#[test]
+fn readme_examples_parse() {
+    let readme = include_str!("../README.md");
+    let block = |fence: &str, after: &str| -> String {
+        let start = readme.find(after).unwrap();
+        let rest = &readme[start..];
+        let open = rest.find(fence).unwrap() + fence.len();
+        let close = rest[open..].find("```").unwrap();
+        rest[open..open + close].to_owned()
+    };
+    let csv = block("```\n", "## NCCL CSV");
+    let p = config::parse(&csv, "README.csv", Format::Csv);
+    assert!(p.is_ok() && p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+    assert_eq!(p.rules.rules.len(), 5);
+    let toml = block("```toml\n", "## cclkit TOML");
+    let p = config::parse(&toml, "README.toml", Format::Toml);
+    assert!(p.is_ok() && p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+    assert_eq!(p.rules.rules.len(), 5);
+}

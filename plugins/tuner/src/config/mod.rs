@@ -1,6 +1,6 @@
 //! The rule model shared by the plugin and `cclkit tune`: NCCL CSV and cclkit TOML
 //! read into one [`RuleSet`], matched, written back out in either format, and
-//! compared semantically ([`diff`]).
+//! compared semantically ([`diff()`]).
 //!
 //! ```
 //! use cclkit_tuner::config::{self, Format, Query};
