@@ -11,3 +11,4 @@ pub mod cli;
 pub mod elf;
 pub mod log;
 pub mod plugin;
+pub mod runtime;
