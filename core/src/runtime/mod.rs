@@ -6,6 +6,7 @@ pub mod bootstrap;
 pub mod error;
 pub mod launch;
 pub mod protocol;
+pub mod schedule;
 pub mod topo;
 
 pub use bootstrap::{Bootstrap, BootstrapRoot, UniqueId};
