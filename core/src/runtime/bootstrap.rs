@@ -45,7 +45,7 @@ pub fn timeout_from_env() -> Result<Duration> {
 /// Identifies one communicator's bootstrap root: where it listens and the magic every
 /// connection must present. Printable and parseable (`cclkit1:10.0.0.1:40123:9f…`),
 /// so launchers pass it through the environment.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct UniqueId {
     /// The root's listening address.
     pub root: SocketAddr,
@@ -428,6 +428,12 @@ impl Bootstrap {
             all[recv_idx] = self.recv(prev, tag)?;
         }
         Ok(all)
+    }
+
+    /// A counter every rank advances identically (one per collective call), for
+    /// callers that need fresh tags in step with the other ranks.
+    pub fn allgather_seq(&self) -> u64 {
+        self.seq.load(Ordering::Relaxed)
     }
 
     /// Returns once every rank called it.

@@ -3,11 +3,19 @@
 //! the way NCCL's proxy thread does, on host memory.
 
 pub mod bootstrap;
+pub mod comm;
+pub mod config;
+pub mod connect;
 pub mod error;
+pub mod fifo;
 pub mod launch;
+pub mod p2p;
 pub mod protocol;
+pub mod proxy;
 pub mod schedule;
 pub mod topo;
 
 pub use bootstrap::{Bootstrap, BootstrapRoot, UniqueId};
 pub use error::{Error, Result};
+pub use comm::Comm;
+pub use config::Config;

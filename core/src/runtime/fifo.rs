@@ -1,0 +1,378 @@
+//! Connections and their FIFOs: what NCCL's proxy thread does for one net connection.
+//!
+//! Each direction of a connection has, per protocol in use, a registered buffer of
+//! `NCCL_STEPS` steps cut into slice slots. Sequence numbers play the role of NCCL's
+//! head/tail counters:
+//!
+//! * send side: the kernel *fills* slot `fill % slots`, the proxy *posts* `isend` for
+//!   filled slots in order and *completes* them with `test`, freeing the slot;
+//! * receive side: the proxy *posts* `irecv` into free slots for slices it expects,
+//!   *completes* them with `test`, and the kernel *consumes* ready slots in order.
+//!
+//! A grouped receive (`maxRecvs > 1`) covers consecutive slices of one primitive; the
+//! sender tags each slice with its index in the group so it lands in the right buffer.
+//! `*request == NULL` from `isend`/`irecv` means "not now": the same post is retried.
+
+use std::collections::VecDeque;
+
+use cclkit_abi::raw::common::{Protocol, ptr};
+
+use super::error::{Error, Result};
+use super::protocol::ProtoParams;
+use crate::plugin::NetError;
+use crate::plugin::net::{Mr, RecvBuffer, RecvComm, Request, RequestId, SendComm};
+
+/// Protocol index into per-connection FIFO arrays.
+pub fn proto_index(p: Protocol) -> usize {
+    p.0.clamp(0, 2) as usize
+}
+
+/// A plugin call error as a runtime error naming the link.
+pub fn net_err(e: NetError, what: &str) -> Error {
+    let code = e.code;
+    Error::new(
+        if code == cclkit_abi::raw::common::NcclResult::SUCCESS { cclkit_abi::raw::common::NcclResult::INTERNAL_ERROR } else { code },
+        format!("{what}: {e}"),
+    )
+}
+
+/// A slot buffer: 8-byte aligned heap memory of `slots × slot_wire` bytes.
+struct Slots {
+    mem: Vec<u64>,
+    slot_wire: usize,
+}
+
+impl Slots {
+    fn new(p: &ProtoParams) -> Self {
+        let bytes = p.slots() * p.slot_wire();
+        Self { mem: vec![0u64; bytes.div_ceil(8)], slot_wire: p.slot_wire() }
+    }
+    fn base(&mut self) -> *mut u8 {
+        self.mem.as_mut_ptr().cast()
+    }
+    fn bytes(&self) -> usize {
+        self.mem.len() * 8
+    }
+    fn slot(&mut self, i: usize) -> *mut u8 {
+        // SAFETY: `i < slots`, so the slot lies inside `mem`.
+        unsafe { self.base().add(i * self.slot_wire) }
+    }
+}
+
+/// What one expected slice looks like to the receiver.
+#[derive(Clone, Copy, Debug)]
+pub struct Expect {
+    /// Protocol sizes of the slices.
+    pub params: ProtoParams,
+    /// Slices in this run (one primitive's slices on this link).
+    pub count: usize,
+    /// Group size for grouped receives (1 = single receives).
+    pub group: usize,
+}
+
+/// The sending direction of one connection.
+pub struct SendConn {
+    comm: SendComm,
+    fifos: [Option<SendFifo>; 3],
+    label: String,
+    tag: i32,
+}
+
+struct SendFifo {
+    params: ProtoParams,
+    slots: Slots,
+    mr: Option<Mr>,
+    /// Wire length and group tag of filled slots, by slot.
+    filled: Vec<(usize, i32)>,
+    posted: VecDeque<Request>,
+    fill: u64,
+    post: u64,
+    done: u64,
+}
+
+impl SendConn {
+    /// Wraps a connected send comm; `tag` is this rank (NCCL's convention).
+    pub fn new(comm: SendComm, label: String, tag: i32) -> Self {
+        Self { comm, fifos: [None, None, None], label, tag }
+    }
+
+    fn fifo(&mut self, p: &ProtoParams) -> Result<&mut SendFifo> {
+        let i = proto_index(p.proto);
+        if self.fifos[i].is_none() {
+            let mut slots = Slots::new(p);
+            // SAFETY: the slot memory lives in this FIFO until the comm is closed
+            // (connections are dropped comm-first, see Drop).
+            let mr = unsafe { self.comm.reg_mr(slots.base(), slots.bytes(), ptr::HOST) }
+                .map_err(|e| net_err(e, &format!("{}: regMr", self.label)))?;
+            self.fifos[i] = Some(SendFifo {
+                params: *p,
+                filled: vec![(0, 0); p.slots()],
+                slots,
+                mr: Some(mr),
+                posted: VecDeque::new(),
+                fill: 0,
+                post: 0,
+                done: 0,
+            });
+        }
+        self.fifos[i].as_mut().ok_or_else(|| Error::internal("fifo"))
+    }
+
+    /// The next free slot to fill (its pointer and wire capacity), or `None` if the
+    /// FIFO is full.
+    pub fn slot_to_fill(&mut self, p: &ProtoParams) -> Result<Option<(*mut u8, usize)>> {
+        let f = self.fifo(p)?;
+        let n = f.params.slots() as u64;
+        if f.fill - f.done >= n {
+            return Ok(None);
+        }
+        let i = (f.fill % n) as usize;
+        Ok(Some((f.slots.slot(i), f.slots.slot_wire)))
+    }
+
+    /// Marks the slot from [`slot_to_fill`](Self::slot_to_fill) filled with `wire` bytes.
+    pub fn filled(&mut self, p: &ProtoParams, wire: usize, group_tag: Option<i32>) -> Result<()> {
+        let tag = group_tag.unwrap_or(self.tag);
+        let f = self.fifo(p)?;
+        let i = (f.fill % f.params.slots() as u64) as usize;
+        f.filled[i] = (wire, tag);
+        f.fill += 1;
+        Ok(())
+    }
+
+    /// Slices sent so far on this connection with protocol `p` (the LL flag).
+    pub fn sequence(&self, p: Protocol) -> u64 {
+        self.fifos[proto_index(p)].as_ref().map_or(0, |f| f.fill)
+    }
+
+    /// Posts and tests what it can; returns whether anything moved.
+    pub fn progress(&mut self) -> Result<bool> {
+        let mut moved = false;
+        let Self { comm, fifos, label, .. } = self;
+        for f in fifos.iter_mut().flatten() {
+            let n = f.params.slots() as u64;
+            while f.post < f.fill {
+                let i = (f.post % n) as usize;
+                let (wire, tag) = f.filled[i];
+                let data = f.slots.slot(i);
+                // SAFETY: the slot stays untouched until this request completes (the
+                // kernel only refills slots after `done` passes them).
+                match unsafe { comm.isend(data, wire, tag, f.mr.as_ref()) } {
+                    Ok(Some(r)) => {
+                        f.posted.push_back(r);
+                        f.post += 1;
+                        moved = true;
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Err(net_err(e, &format!("{label}: isend"))),
+                }
+            }
+            while let Some(r) = f.posted.front_mut() {
+                match comm.test(r) {
+                    Ok(Some(_)) => {
+                        f.posted.pop_front();
+                        f.done += 1;
+                        moved = true;
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Err(net_err(e, &format!("{label}: test(send)"))),
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// True when every posted send completed.
+    pub fn idle(&self) -> bool {
+        self.fifos.iter().flatten().all(|f| f.done == f.fill)
+    }
+}
+
+impl Drop for SendConn {
+    fn drop(&mut self) {
+        for f in self.fifos.iter_mut().flatten() {
+            // In-flight requests are released by closing the comm; registrations first.
+            f.posted.clear();
+            if let Some(mr) = f.mr.take()
+                && let Err(e) = self.comm.dereg_mr(mr)
+            {
+                tracing::warn!(target: "cclkit::proxy", "{}: deregMr: {e}", self.label);
+            }
+        }
+    }
+}
+
+/// The receiving direction of one connection.
+pub struct RecvConn {
+    comm: RecvComm,
+    fifos: [Option<RecvFifo>; 3],
+    label: String,
+    /// Slices announced by admitted operations, in the order the sender sends them.
+    expect: VecDeque<Expect>,
+    /// Slices of `expect.front()` already posted.
+    expect_posted: usize,
+    consumed_hook: bool,
+    /// The sender's rank: the tag of single receives.
+    peer: i32,
+}
+
+struct RecvFifo {
+    params: ProtoParams,
+    slots: Slots,
+    mr: Option<Mr>,
+    /// Posted receives: the request, its first slot sequence and its slice count.
+    posted: VecDeque<(Request, u64, usize)>,
+    /// Wire sizes of ready slots and the request that filled them (for irecvConsumed).
+    ready: Vec<(usize, Option<RequestId>, usize)>,
+    post: u64,
+    done: u64,
+    consume: u64,
+}
+
+impl RecvConn {
+    /// Wraps an accepted receive comm from rank `peer`.
+    pub fn new(comm: RecvComm, label: String, peer: i32) -> Self {
+        Self { comm, fifos: [None, None, None], label, expect: VecDeque::new(), expect_posted: 0, consumed_hook: true, peer }
+    }
+
+    fn fifo<'a>(fifos: &'a mut [Option<RecvFifo>; 3], comm: &mut RecvComm, label: &str, p: &ProtoParams) -> Result<&'a mut RecvFifo> {
+        let i = proto_index(p.proto);
+        if fifos[i].is_none() {
+            let mut slots = Slots::new(p);
+            // SAFETY: the slot memory lives in this FIFO until the comm is closed.
+            let mr = unsafe { comm.reg_mr(slots.base(), slots.bytes(), ptr::HOST) }
+                .map_err(|e| net_err(e, &format!("{label}: regMr")))?;
+            fifos[i] = Some(RecvFifo {
+                params: *p,
+                ready: vec![(0, None, 0); p.slots()],
+                slots,
+                mr: Some(mr),
+                posted: VecDeque::new(),
+                post: 0,
+                done: 0,
+                consume: 0,
+            });
+        }
+        fifos[i].as_mut().ok_or_else(|| Error::internal("fifo"))
+    }
+
+    /// Announces slices an admitted operation will receive on this connection.
+    pub fn expect(&mut self, e: Expect) {
+        if e.count > 0 {
+            self.expect.push_back(e);
+        }
+    }
+
+    /// The next ready slot (pointer, wire bytes), or `None`.
+    pub fn slot_to_consume(&mut self, p: &ProtoParams) -> Result<Option<(*const u8, usize)>> {
+        let f = Self::fifo(&mut self.fifos, &mut self.comm, &self.label, p)?;
+        if f.consume >= f.done {
+            return Ok(None);
+        }
+        let i = (f.consume % f.params.slots() as u64) as usize;
+        Ok(Some((f.slots.slot(i).cast_const(), f.ready[i].0)))
+    }
+
+    /// Frees the slot from [`slot_to_consume`](Self::slot_to_consume); tells the plugin
+    /// (`irecvConsumed`) when the request's last buffer is consumed.
+    pub fn consumed(&mut self, p: &ProtoParams) -> Result<()> {
+        let Self { fifos, comm, label, consumed_hook, .. } = self;
+        let f = Self::fifo(fifos, comm, label, p)?;
+        let i = (f.consume % f.params.slots() as u64) as usize;
+        let (_, id, n) = f.ready[i];
+        f.consume += 1;
+        if let Some(id) = id.filter(|_| *consumed_hook) {
+            match comm.irecv_consumed(n, id) {
+                Ok(has) => *consumed_hook = has,
+                Err(e) => return Err(net_err(e, &format!("{label}: irecvConsumed"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Slices consumed so far with protocol `p` (the LL flag to expect).
+    pub fn sequence(&self, p: Protocol) -> u64 {
+        self.fifos[proto_index(p)].as_ref().map_or(0, |f| f.consume)
+    }
+
+    /// Posts receives for expected slices into free slots and tests posted ones.
+    pub fn progress(&mut self) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            let Some(&e) = self.expect.front() else { break };
+            let p = e.params;
+            let Self { fifos, comm, label, expect_posted, peer, .. } = self;
+            let f = Self::fifo(fifos, comm, label, &p)?;
+            let n = f.params.slots() as u64;
+            let left = e.count - *expect_posted;
+            // A group never crosses the end of its primitive's slices.
+            let in_group = e.group - (*expect_posted % e.group);
+            let k = left.min(in_group);
+            if f.post + k as u64 - f.consume > n {
+                break;
+            }
+            let wire = f.slots.slot_wire;
+            let mut bufs = Vec::with_capacity(k);
+            for j in 0..k {
+                let slot = ((f.post + j as u64) % n) as usize;
+                let tag = if e.group > 1 { j as i32 } else { *peer };
+                bufs.push(RecvBuffer { data: f.slots.slot(slot), size: wire, tag, mr: f.mr.as_ref() });
+            }
+            let optional = p.proto != Protocol::SIMPLE && k == 1;
+            // SAFETY: the slots stay untouched until the request completes and the
+            // kernel consumed them.
+            match unsafe { comm.irecv(&bufs, optional) } {
+                Ok(Some(r)) => {
+                    f.posted.push_back((r, f.post, k));
+                    f.post += k as u64;
+                    *expect_posted += k;
+                    moved = true;
+                    if *expect_posted == e.count {
+                        self.expect.pop_front();
+                        self.expect_posted = 0;
+                    }
+                }
+                Ok(None) => break,
+                Err(err) => return Err(net_err(err, &format!("{}: irecv", self.label))),
+            }
+        }
+        let Self { fifos, comm, label, .. } = self;
+        for f in fifos.iter_mut().flatten() {
+            let n = f.params.slots() as u64;
+            while let Some((r, first, k)) = f.posted.front_mut() {
+                let (first, k) = (*first, *k);
+                match comm.test(r) {
+                    Ok(Some(sizes)) => {
+                        let id = r.id();
+                        let sizes = sizes.as_slice();
+                        for j in 0..k {
+                            let slot = ((first + j as u64) % n) as usize;
+                            let got = sizes.get(j).copied().unwrap_or(0);
+                            // The request's id travels with its last slot for irecvConsumed.
+                            f.ready[slot] = (got, (j + 1 == k).then_some(id), k);
+                        }
+                        f.done += k as u64;
+                        f.posted.pop_front();
+                        moved = true;
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Err(net_err(e, &format!("{label}: test(recv)"))),
+                }
+            }
+        }
+        Ok(moved)
+    }
+}
+
+impl Drop for RecvConn {
+    fn drop(&mut self) {
+        for f in self.fifos.iter_mut().flatten() {
+            f.posted.clear();
+            if let Some(mr) = f.mr.take()
+                && let Err(e) = self.comm.dereg_mr(mr)
+            {
+                tracing::warn!(target: "cclkit::proxy", "{}: deregMr: {e}", self.label);
+            }
+        }
+    }
+}
