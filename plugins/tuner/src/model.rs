@@ -278,9 +278,14 @@ impl Model {
                     }
                 };
                 // Bytes each GPU moves per byte of nBytes.
+                // NCCL runs tree only for allreduce and PAT only for allgather and
+                // reducescatter; other pairings are not modelled (left to NCCL).
+                if (a == TREE && !allreduce) || (a == PAT && !gather_like) {
+                    continue;
+                }
                 let factor = match a {
-                    RING if allreduce => 2.0 * (nf - 1.0) / nf,
-                    RING if gather_like => (nf - 1.0) / nf,
+                    RING | PAT if allreduce => 2.0 * (nf - 1.0) / nf,
+                    RING | PAT if gather_like => (nf - 1.0) / nf,
                     RING => 1.0,
                     TREE | COLLNET_DIRECT | COLLNET_CHAIN if allreduce => 2.0,
                     NVLS | NVLS_TREE => 6.0 / 5.0,

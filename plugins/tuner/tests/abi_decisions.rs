@@ -222,17 +222,29 @@ fn comm_shape_conditions_per_communicator() {
     }
 }
 
-/// The model's own pick over the supported entries of `t`.
+/// The entry NCCL picks after the model ranks `t`, computed independently: each
+/// supported entry the model covers becomes `k · T` with `k = min(1, min cost/T)`,
+/// the others keep NCCL's cost; NCCL takes the smallest, first in algo-major order.
 fn model_pick(m: &Model, func: Func, n: usize, t: &Table) -> (usize, usize) {
+    let pred = |a: usize, p: usize| m.predict(func, Algorithm(a as i32), Protocol(p as i32), n, 1);
+    let mut k = 1.0f32;
+    for a in 0..NA {
+        for p in 0..NP {
+            if let (c, Some(v)) = (t.get(a, p), pred(a, p))
+                && c >= 0.0
+            {
+                k = k.min(c / v);
+            }
+        }
+    }
     let mut best: Option<(usize, usize, f32)> = None;
     for a in 0..NA {
         for p in 0..NP {
-            if t.get(a, p) < 0.0 {
+            let c = t.get(a, p);
+            if c < 0.0 {
                 continue;
             }
-            let v = m
-                .predict(func, Algorithm(a as i32), Protocol(p as i32), n, 1)
-                .unwrap();
+            let v = pred(a, p).map_or(c, |v| (v * k).min(c));
             if best.is_none_or(|b| v < b.2) {
                 best = Some((a, p, v));
             }
