@@ -620,3 +620,27 @@ fn engine_reports_decisions() {
     );
     assert_eq!(r.fallback_stats(), (0, 1));
 }
+
+#[test]
+fn finalize_reports_what_decided_and_what_was_not_honoured() {
+    let mut env = Env::lock();
+    env.config(RULES, "conf");
+    let comm = Comm::open(Ver::V6, 16, 2);
+    let mut t = Table::typical();
+    comm.coll(Func::ALL_REDUCE, 100, 1, 0, &mut t);
+    // tree/LL unsupported: rule 1 matches but cannot be taken; the model decides.
+    let mut c = Table::typical().costs();
+    c[0][0] = -1.0;
+    let mut t = Table::new(c);
+    comm.coll(Func::ALL_REDUCE, 100, 1, 0, &mut t);
+    let mut t = Table::typical();
+    comm.coll(Func::REDUCE_SCATTER, 100, 1, 0, &mut t);
+    let ((), logs) = capture_logs(|| drop(comm));
+    assert!(
+        logs.contains(
+            "cclkit tuner (comm 0x0000000000c0ffee): 1 calls decided by rules, 2 by the model, \
+             0 left to NCCL; line 2: 2 matched, 1 taken (entry unsupported 1 times)"
+        ),
+        "{logs}"
+    );
+}
