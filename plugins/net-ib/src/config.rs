@@ -46,20 +46,29 @@ impl NameFilter {
         }
     }
 
-    /// Whether device `name` port `port` passes (`port` = None: any port).
+    /// Whether device `name` port `port` passes. `port = None` asks whether *some*
+    /// port of the device may pass (the device-level pre-check): `^mlx5_0:1` still
+    /// lets mlx5_0 through to its other ports.
     pub fn matches(&self, name: &str, port: Option<u32>) -> bool {
         if self.items.is_empty() {
             return true;
         }
-        let listed = self.items.iter().any(|(n, p)| {
-            let name_ok = if self.exact {
-                name == n
-            } else {
-                name.starts_with(n.as_str())
-            };
-            name_ok && (p.is_none() || port.is_none() || *p == port)
-        });
-        listed != self.exclude
+        let hit = |port_items_count: bool| {
+            self.items.iter().any(|(n, p)| {
+                let name_ok = if self.exact {
+                    name == n
+                } else {
+                    name.starts_with(n.as_str())
+                };
+                name_ok
+                    && match (p, port) {
+                        (None, _) => true,
+                        (Some(_), None) => port_items_count,
+                        (Some(a), Some(b)) => *a == b,
+                    }
+            })
+        };
+        if self.exclude { !hit(false) } else { hit(true) }
     }
 
     /// True when no name was given.
@@ -246,6 +255,12 @@ mod tests {
         assert!(!not_exact.matches("mlx5_1", Some(2)));
         assert!(not_exact.matches("mlx5_1", Some(1)));
         assert!(not_exact.matches("mlx5_10", Some(2)));
+        assert!(
+            not_exact.matches("mlx5_1", None),
+            "excluding one port keeps the device's other ports"
+        );
+        let not_dev = NameFilter::parse(Some("^mlx5_1"));
+        assert!(!not_dev.matches("mlx5_1", None));
         assert_eq!(not_exact.to_string(), "^=mlx5_1:2");
         let ifname = NameFilter::parse(Some("^docker,lo"));
         assert!(!ifname.matches("docker0", None));
