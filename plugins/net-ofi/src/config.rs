@@ -7,6 +7,7 @@
 //! | `CCLKIT_OFI_ADDR` | the domain's own address | node address each endpoint binds to (`fi_getinfo(node, FI_SOURCE)`) |
 //! | `CCLKIT_OFI_MAX_RECVS` | 8 | most buffers in one grouped `irecv` (1–8) |
 //! | `CCLKIT_OFI_LIVENESS_MS` | 1000 | idle time before a waiting comm checks its peer; 0 disables |
+//! | `CCLKIT_OFI_LIVENESS_PROC` | 1 | 0 skips the same-host `/proc` check (then only pings detect a dead peer) |
 //! | `CCLKIT_OFI_MR_CACHE` | 1 | 0 disables the registration cache |
 //!
 //! `FI_PROVIDER`, `FI_TCP_IFACE`, `FI_LOG_LEVEL`, … are read by libfabric itself.
@@ -29,6 +30,8 @@ pub struct Config {
     pub max_recvs: usize,
     /// Idle time before a liveness check, in ms (0 = never).
     pub liveness_ms: u64,
+    /// Same-host peers are checked through `/proc`.
+    pub liveness_proc: bool,
     /// Registration cache on/off.
     pub mr_cache: bool,
 }
@@ -39,6 +42,7 @@ const KNOWN: &[&str] = &[
     "CCLKIT_OFI_ADDR",
     "CCLKIT_OFI_MAX_RECVS",
     "CCLKIT_OFI_LIVENESS_MS",
+    "CCLKIT_OFI_LIVENESS_PROC",
     "CCLKIT_OFI_MR_CACHE",
 ];
 
@@ -78,10 +82,14 @@ impl Config {
             Some(v) => number("CCLKIT_OFI_LIVENESS_MS", &v, 0..=3_600_000)?,
             None => 1000,
         };
-        let mr_cache = match get("CCLKIT_OFI_MR_CACHE") {
-            Some(v) => number("CCLKIT_OFI_MR_CACHE", &v, 0..=1)? == 1,
-            None => true,
+        let flag = |name: &str| -> Result<bool> {
+            match get(name) {
+                Some(v) => Ok(number(name, &v, 0..=1)? == 1),
+                None => Ok(true),
+            }
         };
+        let mr_cache = flag("CCLKIT_OFI_MR_CACHE")?;
+        let liveness_proc = flag("CCLKIT_OFI_LIVENESS_PROC")?;
         Ok(Self {
             providers: get("CCLKIT_OFI_PROVIDER").as_deref().and_then(list),
             ifaces: get("CCLKIT_OFI_IFACE").as_deref().and_then(list),
@@ -90,6 +98,7 @@ impl Config {
                 .filter(|s| !s.is_empty()),
             max_recvs,
             liveness_ms,
+            liveness_proc,
             mr_cache,
         })
     }
@@ -127,6 +136,7 @@ mod tests {
         assert_eq!(c.max_recvs, 8);
         assert_eq!(c.liveness_ms, 1000);
         assert!(c.mr_cache);
+        assert!(c.liveness_proc);
     }
 
     #[test]
@@ -148,6 +158,11 @@ mod tests {
         assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "9")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "0")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_MR_CACHE", "yes")]).is_err());
+        assert!(
+            !cfg(&[("CCLKIT_OFI_LIVENESS_PROC", "0")])
+                .unwrap()
+                .liveness_proc
+        );
         assert_eq!(
             cfg(&[("CCLKIT_OFI_LIVENESS_MS", "0")]).unwrap().liveness_ms,
             0

@@ -8,7 +8,7 @@ use cclkit_abi::{Error, Result, nccl_info};
 
 use crate::config::Config;
 use crate::discover::{DeviceDesc, bind_info};
-use crate::engine::Engine;
+use crate::engine::{Engine, Liveness};
 use crate::fabric::{Av, Cq, Domain, Endpoint, Fabric};
 use crate::mr::MrCache;
 use crate::proto::provider_fingerprint;
@@ -50,7 +50,10 @@ impl Device {
         let av = Av::open(&domain).map_err(ctx)?;
         let ep = Endpoint::open(&domain, info, &cq, &av).map_err(ctx)?;
         let addr = ep.name().map_err(ctx)?;
-        let liveness = (cfg.liveness_ms > 0).then(|| Duration::from_millis(cfg.liveness_ms));
+        let liveness = Liveness {
+            interval: (cfg.liveness_ms > 0).then(|| Duration::from_millis(cfg.liveness_ms)),
+            proc_check: cfg.liveness_proc,
+        };
         let engine = Engine::new(
             ep,
             cq,

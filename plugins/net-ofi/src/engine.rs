@@ -126,6 +126,7 @@ pub struct Conn {
     pub requests: usize,
     closing: bool,
     ping: Option<OpId>,
+    ping_sent: Instant,
     last_progress: Instant,
     next_check: Instant,
 }
@@ -156,6 +157,15 @@ impl Ids {
     }
 }
 
+/// How waiting comms check their peer (see `liveness.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    /// Time without completions before a check; `None` = never check.
+    pub interval: Option<Duration>,
+    /// Look same-host peers up in `/proc`.
+    pub proc_check: bool,
+}
+
 /// Everything behind a device's lock. Field order is drop order: the endpoint
 /// closes first, while the slots its operations point to still exist.
 pub struct Engine {
@@ -180,6 +190,7 @@ pub struct Engine {
     layout: TagLayout,
     me: ProcId,
     liveness: Option<Duration>,
+    liveness_proc: bool,
 }
 
 // SAFETY: the raw pointers inside (libfabric's scratch in `fi_context2`, buffer
@@ -192,6 +203,8 @@ const CQ_BATCH: usize = 16;
 /// Bounds one progress call so a flood of completions cannot stall the caller.
 const MAX_BATCHES: usize = 64;
 const PING_SINK_LEN: usize = 8;
+/// Liveness intervals a ping may stay incomplete before the peer counts as gone.
+const PING_PATIENCE: u32 = 10;
 
 impl Engine {
     /// An engine over an opened endpoint; posts the device's ping sink.
@@ -202,7 +215,7 @@ impl Engine {
         domain: Arc<Domain>,
         mrs: MrCache,
         layout: TagLayout,
-        liveness: Option<Duration>,
+        liveness: Liveness,
     ) -> Result<Self> {
         let mut e = Self {
             ep,
@@ -220,7 +233,8 @@ impl Engine {
             data_ids: Ids::default(),
             layout,
             me: ProcId::current(),
-            liveness,
+            liveness: liveness.interval,
+            liveness_proc: liveness.proc_check,
         };
         e.post_ping_sink()?;
         Ok(e)
@@ -696,14 +710,19 @@ impl Engine {
             Ok(n) => State::Done(*n),
             Err(f) => State::Failed(f.msg.clone()),
         };
+        // Only failed sends and pings say something about the peer; a failed
+        // receive (truncation, cancellation) concerns that request alone.
         let watched = matches!(owner, Owner::Caller | Owner::Ping);
+        let peer_error = !s.recv;
         if let Some(c) = conn
             .and_then(|k| self.conns.get_mut(&k))
             .filter(|_| watched)
         {
             match &result {
                 Ok(_) if owner == Owner::Caller => c.last_progress = Instant::now(),
-                Err(f) if f.code != sys::FI_ECANCELED as i32 && c.failed.is_none() => {
+                Err(f)
+                    if peer_error && f.code != sys::FI_ECANCELED as i32 && c.failed.is_none() =>
+                {
                     c.failed = Some(if owner == Owner::Ping {
                         format!("peer unreachable (liveness ping failed): {}", f.msg)
                     } else {
@@ -769,6 +788,7 @@ impl Engine {
                 requests: 0,
                 closing: false,
                 ping: None,
+                ping_sent: now,
                 last_progress: now,
                 next_check: now,
             },
@@ -831,6 +851,7 @@ impl Engine {
     pub fn check_peer(&mut self, key: u64) -> Result<()> {
         let me = self.me;
         let liveness = self.liveness;
+        let proc_check = self.liveness_proc;
         let c = self.conn(key)?;
         if let Some(f) = &c.failed {
             return Err(Error::remote(format!("NET/OFI: {f}")));
@@ -843,13 +864,27 @@ impl Engine {
             return Ok(());
         }
         c.next_check = now + interval;
-        if me.is_local(&c.peer_proc) {
+        if proc_check && me.is_local(&c.peer_proc) {
             if let Some(reason) = c.peer_proc.exit_reason() {
                 c.failed = Some(reason.clone());
                 return Err(Error::remote(format!("NET/OFI: {reason}")));
             }
         }
+        if c.ping.is_some() && now.duration_since(c.ping_sent) >= interval * PING_PATIENCE {
+            // A ping completes locally once the provider has handed it to the
+            // network (tcp: the socket; EFA: the device's acknowledgement), which
+            // needs no work from the peer's application. `tcp;ofi_rxm` retries a
+            // refused reconnect forever instead of failing the ping, so silence
+            // this long means the connection is gone.
+            let reason = format!(
+                "peer unreachable: liveness ping not completed after {:?}",
+                now.duration_since(c.ping_sent)
+            );
+            c.failed = Some(reason.clone());
+            return Err(Error::remote(format!("NET/OFI: {reason}")));
+        }
         if c.ping.is_none() {
+            c.ping_sent = now;
             let dest = c.peer;
             let tag = self.layout.ctrl(Ctrl::Ping, 0);
             let op = self.send_owned(dest, tag, Box::new([]), Owner::Ping, Some(key))?;

@@ -1,0 +1,349 @@
+//! The scenarios the tests and the benchmark run.
+
+use std::time::{Duration, Instant};
+
+use cclkit_abi::net::{InitArgs, Net as _};
+use cclkit_net_ofi::OfiNet;
+
+use crate::flows::{
+    self, Link, Msg, check_deadline, fin, join, link, recv_all, say, send_all, wait,
+};
+use crate::pattern::{Rng, shuffle};
+use crate::table::{Abi, Net, R};
+
+/// Sizes every transfer covers: empty, tiny, odd, page-1, 64 KiB + 3, 4 MiB + 5.
+const SIZES: [usize; 6] = [0, 1, 7, 4095, 65536 + 3, 4 * 1024 * 1024 + 5];
+/// NCCL_NET_MAX_REQUESTS.
+const WINDOW: usize = 32;
+
+fn messages(seed: u64, rounds: usize) -> Vec<Msg> {
+    let mut sizes: Vec<usize> = (0..rounds).flat_map(|_| SIZES).collect();
+    shuffle(&mut sizes, &mut Rng::new(seed));
+    sizes
+        .into_iter()
+        .enumerate()
+        .map(|(i, size)| Msg {
+            id: i as u64,
+            size,
+            tag: (i % 5) as i32 - 1,
+        })
+        .collect()
+}
+
+/// Grouped receives: distinct tags sent in another order than the buffers, and
+/// repeated tags (the k-th send with a tag fills the k-th buffer with that tag).
+fn groups(seed: u64) -> (Vec<Vec<Msg>>, Vec<Msg>) {
+    let mut rng = Rng::new(seed ^ 0x6e0c);
+    let mut recv = Vec::new();
+    let mut send = Vec::new();
+    for g in 0..8u64 {
+        let buf: Vec<Msg> = (0..4u64)
+            .map(|j| Msg {
+                id: 10_000 + g * 4 + j,
+                size: SIZES[rng.below(SIZES.len() - 1)] + j as usize,
+                tag: 100 + (g * 4 + j) as i32,
+            })
+            .collect();
+        let mut order = buf.clone();
+        shuffle(&mut order, &mut rng);
+        send.extend(order);
+        recv.push(buf);
+    }
+    for g in 0..4u64 {
+        let buf: Vec<Msg> = (0..4u64)
+            .map(|j| Msg {
+                id: 20_000 + g * 4 + j,
+                size: 1000 * (j as usize + 1) + g as usize,
+                tag: 7,
+            })
+            .collect();
+        send.extend(buf.iter().copied());
+        recv.push(buf);
+    }
+    (recv, send)
+}
+
+/// Two-process transfer: random data at every size, 32 in flight, then grouped
+/// receives when the device offers them; the receiver's `fin` ends it.
+pub fn transfer(abi: Abi, sender: bool, seed: u64, rounds: usize) -> R<()> {
+    let net = Net::init(abi)?;
+    if net.devices()? < 1 {
+        return Err("no devices".into());
+    }
+    let props = net.props(0)?;
+    let link = link(net)?;
+    let msgs = messages(seed, rounds);
+    if sender {
+        send_all(&link.net, link.send, seed, &msgs, WINDOW)?;
+    } else {
+        let single: Vec<Vec<Msg>> = msgs.iter().map(|m| vec![*m]).collect();
+        recv_all(&link.net, link.recv, seed, &single, WINDOW)?;
+    }
+    if props.max_recvs >= 4 {
+        let (recv, send) = groups(seed);
+        if sender {
+            send_all(&link.net, link.send, seed, &send, WINDOW)?;
+        } else {
+            recv_all(&link.net, link.recv, seed, &recv, WINDOW)?;
+        }
+    }
+    fin(&link, !sender)?;
+    say(&format!(
+        "DEVICE {} maxRecvs {} speed {} ptrSupport {}",
+        props.name, props.max_recvs, props.speed, props.ptr_support
+    ));
+    flows::close(link)
+}
+
+/// One process connected to itself: both directions at once, a truncated
+/// receive, MR re-registration, and closing comms with requests in flight.
+pub fn loopback(abi: Abi, seed: u64, truncate: bool) -> R<()> {
+    let net = Net::init(abi)?;
+    let mut handle = [0u8; 128];
+    let listen = net.listen(0, &mut handle)?;
+    let l = join(net, listen, handle)?;
+    let msgs = messages(seed, 1);
+    // Receives first (this process must post both sides itself).
+    let single: Vec<Vec<Msg>> = msgs.iter().map(|m| vec![*m]).collect();
+    interleave(&l, seed, &single, &msgs)?;
+
+    // The same buffer registered twice (MR cache) and freed twice.
+    let mut buf = vec![0u8; 1 << 20];
+    let a = l.net.reg_mr(l.send, buf.as_mut_ptr(), buf.len())?;
+    let b = l.net.reg_mr(l.recv, buf.as_mut_ptr(), buf.len() / 2)?;
+    l.net.dereg_mr(l.send, a)?;
+    l.net.dereg_mr(l.recv, b)?;
+
+    if truncate {
+        truncation(&l)?;
+    }
+
+    // Requests left in flight when the comms close: closing must not hang or crash.
+    let mut pending = vec![0u8; 4096];
+    let _never = l.net.irecv(
+        l.recv,
+        &[(
+            pending.as_mut_ptr(),
+            pending.len(),
+            42,
+            std::ptr::null_mut(),
+        )],
+    )?;
+    flows::close(l)
+}
+
+/// A send larger than the posted receive must fail the receive, not hang.
+/// (libfabric 1.17's shm provider spins forever inside `fi_cq_read` on a
+/// truncated CMA transfer, so the tests run this on tcp only.)
+fn truncation(l: &Link) -> R<()> {
+    let mut big = vec![7u8; 10_000];
+    let mut small = vec![0u8; 100];
+    let r = l.net.irecv(
+        l.recv,
+        &[(small.as_mut_ptr(), small.len(), 1, std::ptr::null_mut())],
+    )?;
+    let s = l
+        .net
+        .isend(l.send, big.as_mut_ptr(), big.len(), 1, std::ptr::null_mut())?;
+    let deadline = Instant::now() + flows::WAIT;
+    let mut send = Some(s);
+    let msg = loop {
+        match l.net.test(r, 1) {
+            Err(e) => break e,
+            Ok(Some(sz)) => return Err(format!("truncated receive reported success ({sz:?})")),
+            Ok(None) => {}
+        }
+        // The send may complete or fail (providers differ); either ends it.
+        if let Some(q) = send {
+            if !matches!(l.net.test(q, 1), Ok(None)) {
+                send = None;
+            }
+        }
+        check_deadline(deadline, "truncation error")?;
+    };
+    say(&format!("TRUNCATED {msg}"));
+    // A send still in flight stays with the endpoint until it closes.
+    Ok(())
+}
+
+/// Posts `recv` groups and `send` messages on one link at the same time.
+fn interleave(l: &Link, seed: u64, recv: &[Vec<Msg>], send: &[Msg]) -> R<()> {
+    std::thread::scope(|s| {
+        // Separate comms on one endpoint: a second thread drives the send side, as
+        // NCCL may call different comms from different threads.
+        let sender = s.spawn(|| send_all(&l.net, l.send, seed, send, WINDOW));
+        let r = recv_all(&l.net, l.recv, seed, recv, WINDOW);
+        let t = sender
+            .join()
+            .map_err(|_| "send thread panicked".to_string())?;
+        r.and(t)
+    })
+}
+
+/// Peer death: the victim waits to be killed; the survivor must see its pending
+/// receive and send fail soon after.
+pub fn death(abi: Abi, victim: bool) -> R<()> {
+    let link = link(Net::init(abi)?)?;
+    if victim {
+        say("READY");
+        // Block until killed (the parent closes stdin only if it gives up).
+        let _ = flows::hear();
+        return Err("victim was not killed".into());
+    }
+    let mut rbuf = vec![0u8; 1 << 20];
+    let mut sbuf = vec![1u8; 8 << 20];
+    let r = link.net.irecv(
+        link.recv,
+        &[(rbuf.as_mut_ptr(), rbuf.len(), 5, std::ptr::null_mut())],
+    )?;
+    let s = link.net.isend(
+        link.send,
+        sbuf.as_mut_ptr(),
+        sbuf.len(),
+        5,
+        std::ptr::null_mut(),
+    )?;
+    if r.is_null() || s.is_null() {
+        return Err("requests not accepted".into());
+    }
+    say("WAITING");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut r, mut s) = (Some(r), Some(s));
+    while r.is_some() || s.is_some() {
+        for (name, req) in [("recv", &mut r), ("send", &mut s)] {
+            if let Some(q) = *req {
+                match link.net.test(q, 1) {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Err(format!("{name} to a dead peer completed")),
+                    Err(e) => {
+                        say(&format!("PEER-ERROR {name}: {e}"));
+                        *req = None;
+                    }
+                }
+            }
+        }
+        check_deadline(deadline, "peer death detection")?;
+    }
+    Ok(())
+}
+
+/// A live peer that makes no progress for a while must not be declared dead:
+/// the `waiter` keeps a receive pending for `idle_ms` (liveness checks and pings
+/// run meanwhile), then the `idler`, told `GO`, sends the data.
+pub fn idle(abi: Abi, idler: bool, idle_ms: u64) -> R<()> {
+    let link = link(Net::init(abi)?)?;
+    let mut buf = vec![0u8; 1 << 20];
+    if idler {
+        say("READY");
+        if flows::hear()? != "GO" {
+            return Err("expected GO".into());
+        }
+        crate::pattern::fill(1, 1, &mut buf);
+        let s = link.net.isend(
+            link.send,
+            buf.as_mut_ptr(),
+            buf.len(),
+            5,
+            std::ptr::null_mut(),
+        )?;
+        wait(&link.net, s, 1)?;
+        fin(&link, false)?;
+    } else {
+        let r = link.net.irecv(
+            link.recv,
+            &[(buf.as_mut_ptr(), buf.len(), 5, std::ptr::null_mut())],
+        )?;
+        let start = Instant::now();
+        let mut told = false;
+        let deadline = start + flows::WAIT;
+        while link.net.test(r, 1)?.is_none() {
+            if !told && start.elapsed() >= Duration::from_millis(idle_ms) {
+                say("IDLED");
+                told = true;
+            }
+            check_deadline(deadline, "data after the idle period")?;
+        }
+        if !told {
+            return Err("data arrived before the idle period ended".into());
+        }
+        if let Some(at) = crate::pattern::first_mismatch(1, 1, &buf) {
+            return Err(format!("wrong byte at {at}"));
+        }
+        fin(&link, true)?;
+    }
+    flows::close(link)
+}
+
+/// Init with no usable provider: both tables must fail, and the error must name
+/// the providers libfabric offered.
+pub fn nodev() -> R<()> {
+    if Net::init(Abi::V12).is_ok() {
+        return Err("v12 init succeeded without a usable provider".into());
+    }
+    if Net::init(Abi::V8).is_ok() {
+        return Err("v8 init succeeded without a usable provider".into());
+    }
+    match OfiNet::init(&InitArgs { host_abi: 12 }) {
+        Ok(_) => Err("OfiNet::init succeeded without a usable provider".into()),
+        Err(e) => {
+            say(&format!("INIT-ERROR {}", e.message()));
+            Ok(())
+        }
+    }
+}
+
+/// Stream benchmark side: `iters` messages of `size` bytes, `window` in flight,
+/// registered once; the sender prints the timed rate after a warm-up round.
+pub fn stream(abi: Abi, sender: bool, size: usize, iters: usize, window: usize) -> R<()> {
+    let link = link(Net::init(abi)?)?;
+    let comm = if sender { link.send } else { link.recv };
+    let mut bufs: Vec<Vec<u8>> = (0..window).map(|_| vec![3u8; size]).collect();
+    let mhs = bufs
+        .iter_mut()
+        .map(|b| link.net.reg_mr(comm, b.as_mut_ptr(), b.len()))
+        .collect::<R<Vec<_>>>()?;
+    for (phase, count) in [("warmup", window * 2), ("timed", iters)] {
+        let start = Instant::now();
+        let mut inflight: std::collections::VecDeque<(usize, *mut std::ffi::c_void)> =
+            Default::default();
+        let (mut posted, mut done) = (0, 0);
+        let deadline = start + flows::WAIT;
+        while done < count {
+            while inflight.len() < window && posted < count {
+                let k = posted % window;
+                let b = bufs[k].as_mut_ptr();
+                let req = if sender {
+                    link.net.isend(comm, b, size, 0, mhs[k])?
+                } else {
+                    link.net.irecv(comm, &[(b, size, 0, mhs[k])])?
+                };
+                if req.is_null() {
+                    break;
+                }
+                inflight.push_back((k, req));
+                posted += 1;
+            }
+            // Completion is in order per comm; test the oldest first.
+            if let Some(&(_, req)) = inflight.front() {
+                if link.net.test(req, 1)?.is_some() {
+                    inflight.pop_front();
+                    done += 1;
+                }
+            }
+            check_deadline(deadline, phase)?;
+        }
+        fin(&link, !sender)?;
+        if sender && phase == "timed" {
+            let secs = start.elapsed().as_secs_f64();
+            say(&format!(
+                "RESULT size={size} iters={iters} secs={secs:.6} MBps={:.1}",
+                (size * iters) as f64 / secs / 1e6
+            ));
+        }
+    }
+    for mh in mhs {
+        link.net.dereg_mr(comm, mh)?;
+    }
+    let _ = wait;
+    flows::close(link)
+}

@@ -1,0 +1,50 @@
+//! Two-process transfers through the exported v8 and v12 tables, on the
+//! `tcp;ofi_rxm` (bound to loopback) and `shm` providers: random data at sizes
+//! 0, 1, 7, 4095, 64 KiB + 3 and 4 MiB + 5, 32 requests in flight, then grouped
+//! receives (distinct tags out of order, repeated tags).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{pair, provider_env};
+
+fn transfer(provider: &str, abi: &str) {
+    let seed = rand::random::<u32>().to_string();
+    let env = provider_env(provider);
+    let (s, r) = pair(
+        ("sender", &["transfer", abi, "send", &seed, "3"]),
+        ("receiver", &["transfer", abi, "recv", &seed, "3"]),
+        &env,
+    );
+    let t = Duration::from_secs(120);
+    eprintln!("seed {seed}");
+    let mut r = r;
+    let dev = r.expect("DEVICE ", t);
+    assert!(
+        dev.contains("maxRecvs 8"),
+        "grouped receives were not exercised: {dev}"
+    );
+    r.finish(t);
+    s.finish(t);
+}
+
+#[test]
+fn tcp_v12() {
+    transfer("tcp;ofi_rxm", "12");
+}
+
+#[test]
+fn tcp_v8() {
+    transfer("tcp;ofi_rxm", "8");
+}
+
+#[test]
+fn shm_v12() {
+    transfer("shm", "12");
+}
+
+#[test]
+fn shm_v8() {
+    transfer("shm", "8");
+}
