@@ -3,11 +3,15 @@
 //! sizes over one socket), between two processes, in one invocation.
 //!
 //! ```text
-//! cargo bench -p cclkit-net-socket --bench socket_bench [-- --quick]
+//! cargo bench -p cclkit-net-socket --bench socket_bench [-- --quick] [--rounds N]
 //! ```
 //! The plugin's usual variables apply (`NCCL_SOCKET_NTHREADS`, …); the interface
 //! defaults to `lo`. The driver loop tests every outstanding request and yields the
 //! CPU when nothing progressed, as NCCL's proxy thread does.
+//!
+//! Each round measures the plugin and the baseline back to back (alternating which
+//! goes first); the table shows medians over rounds, and the ratio column is the
+//! median of the per-round ratios, which is robust to load drifting on a shared host.
 
 use std::ffi::{c_int, c_void};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -24,7 +28,6 @@ type Ptr = *mut c_void;
 const ROLE: &str = "CCLKIT_BENCH_ROLE";
 /// Requests in flight per direction in bandwidth runs.
 const WINDOW: usize = 4;
-const ROUNDS: usize = 3;
 
 fn check(r: cclkit_abi::raw::common::NcclResult, what: &str) {
     assert!(r.is_ok(), "{what} failed: {r:?}");
@@ -45,8 +48,14 @@ impl Plugin {
         let mut lc: Ptr = null_mut();
         // SAFETY: NCCL's calling conventions for init and listen.
         unsafe {
-            check((NET.init.unwrap())(&mut ctx, 1, &mut cfg, None, None), "init");
-            check((NET.listen.unwrap())(ctx, 0, handle.as_mut_ptr().cast(), &mut lc), "listen");
+            check(
+                (NET.init.unwrap())(&mut ctx, 1, &mut cfg, None, None),
+                "init",
+            );
+            check(
+                (NET.listen.unwrap())(ctx, 0, handle.as_mut_ptr().cast(), &mut lc),
+                "listen",
+            );
         }
         let hex: String = handle.iter().map(|b| format!("{b:02x}")).collect();
         let theirs = peer_io(&hex);
@@ -62,7 +71,16 @@ impl Plugin {
             // SAFETY: the same handle buffer on every connect retry, as NCCL does.
             unsafe {
                 if send.is_null() {
-                    check((NET.connect.unwrap())(ctx, 0, peer.as_mut_ptr().cast(), &mut send, &mut dev), "connect");
+                    check(
+                        (NET.connect.unwrap())(
+                            ctx,
+                            0,
+                            peer.as_mut_ptr().cast(),
+                            &mut send,
+                            &mut dev,
+                        ),
+                        "connect",
+                    );
                 }
                 if recv.is_null() {
                     check((NET.accept.unwrap())(lc, &mut recv, &mut dev), "accept");
@@ -80,7 +98,15 @@ impl Plugin {
             // SAFETY: the buffer outlives the request (callers wait before reuse).
             unsafe {
                 check(
-                    (NET.isend.unwrap())(self.send, buf.as_mut_ptr().cast(), buf.len(), 0, null_mut(), null_mut(), &mut req),
+                    (NET.isend.unwrap())(
+                        self.send,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        0,
+                        null_mut(),
+                        null_mut(),
+                        &mut req,
+                    ),
                     "isend",
                 )
             };
@@ -100,7 +126,16 @@ impl Plugin {
         // SAFETY: one buffer that outlives the request.
         unsafe {
             check(
-                (NET.irecv.unwrap())(self.recv, 1, &mut data, &mut size, &mut tag, &mut mh, null_mut(), &mut req),
+                (NET.irecv.unwrap())(
+                    self.recv,
+                    1,
+                    &mut data,
+                    &mut size,
+                    &mut tag,
+                    &mut mh,
+                    null_mut(),
+                    &mut req,
+                ),
                 "irecv",
             )
         };
@@ -112,7 +147,12 @@ impl Plugin {
         let mut done: c_int = 0;
         let mut sizes = [0 as c_int; 64];
         // SAFETY: a live request.
-        unsafe { check((NET.test.unwrap())(req, &mut done, sizes.as_mut_ptr()), "test") };
+        unsafe {
+            check(
+                (NET.test.unwrap())(req, &mut done, sizes.as_mut_ptr()),
+                "test",
+            )
+        };
         done == 1
     }
 
@@ -142,7 +182,11 @@ fn stream(p: &Plugin, bufs: &mut [Vec<u8>], count: usize, sending: bool) {
     while done < count {
         while posted < count && inflight.len() < WINDOW {
             let slot = posted % bufs.len();
-            let req = if sending { p.isend(&mut bufs[slot]) } else { p.irecv(&mut bufs[slot]) };
+            let req = if sending {
+                p.isend(&mut bufs[slot])
+            } else {
+                p.irecv(&mut bufs[slot])
+            };
             inflight.push((req, slot));
             posted += 1;
         }
@@ -170,7 +214,7 @@ fn bw_raw(s: &mut TcpStream, buf: &[u8], count: usize) -> f64 {
     let mut ack = [0u8; 1];
     let start = Instant::now();
     for _ in 0..count {
-        s.write_all(&buf).expect("raw send");
+        s.write_all(buf).expect("raw send");
     }
     s.read_exact(&mut ack).expect("raw ack");
     (size * count) as f64 / start.elapsed().as_secs_f64() / 1e9
@@ -252,17 +296,22 @@ fn peer() {
         let f: Vec<&str> = cmd.split_whitespace().collect();
         match f.as_slice() {
             ["bw", "plugin", size, count] => {
-                let (size, count): (usize, usize) = (size.parse().expect("size"), count.parse().expect("count"));
+                let (size, count): (usize, usize) =
+                    (size.parse().expect("size"), count.parse().expect("count"));
                 if bufs.first().map(Vec::len) != Some(size) {
                     bufs = (0..WINDOW).map(|_| vec![0xffu8; size]).collect();
                 }
                 stream(&p, &mut bufs, count, false);
-                assert!(bufs.iter().all(|b| b.first() == b.last()), "payload damaged");
+                assert!(
+                    bufs.iter().all(|b| b.first() == b.last()),
+                    "payload damaged"
+                );
                 let s = p.isend(&mut [1u8]);
                 p.wait(s);
             }
             ["bw", "raw", size, count] => {
-                let (size, count): (usize, usize) = (size.parse().expect("size"), count.parse().expect("count"));
+                let (size, count): (usize, usize) =
+                    (size.parse().expect("size"), count.parse().expect("count"));
                 if rawbuf.len() != size {
                     rawbuf = vec![0xffu8; size];
                 }
@@ -302,7 +351,10 @@ fn main() {
     let mut to = child.stdin.take().expect("stdin");
     let mut from = BufReader::new(child.stdout.take().expect("stdout"));
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    tell(&mut to, &listener.local_addr().expect("addr").port().to_string());
+    tell(
+        &mut to,
+        &listener.local_addr().expect("addr").port().to_string(),
+    );
     let (mut raw, _) = listener.accept().expect("raw accept");
     raw.set_nodelay(true).expect("nodelay");
     let p = Plugin::connect(&mut |mine: &str| {
@@ -314,6 +366,7 @@ fn main() {
     } else {
         &[64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
     };
+    let rounds: usize = arg("--rounds").unwrap_or(if quick { 3 } else { 7 });
     println!("cclkit-socket vs raw TCP, loopback, 2 processes, NCCL_SOCKET_IFNAME={ifname}");
     for var in [
         "NCCL_SOCKET_NTHREADS",
@@ -326,41 +379,90 @@ fn main() {
             println!("  {var}={v}");
         }
     }
-    println!("best of {ROUNDS} rounds; the plugin keeps {WINDOW} requests in flight\n");
+    println!("{rounds} paired rounds, medians; the plugin keeps {WINDOW} requests in flight\n");
     println!("| size | cclkit-socket GB/s | raw TCP GB/s | ratio |");
     println!("|---:|---:|---:|---:|");
     for &size in sizes {
         let count = ((1usize << 30) / size).clamp(8, 4096) / if quick { 2 } else { 1 };
-        let (mut ours, mut base) = (0f64, 0f64);
         let mut bufs: Vec<Vec<u8>> = (0..WINDOW).map(|i| vec![i as u8 + 1; size]).collect();
         let rawbuf = vec![7u8; size];
-        for _ in 0..ROUNDS {
-            tell(&mut to, &format!("bw plugin {size} {count}"));
-            ours = ours.max(bw_plugin(&p, &mut bufs, count));
-            assert_eq!(read(&mut from), "ok");
-            tell(&mut to, &format!("bw raw {size} {count}"));
-            base = base.max(bw_raw(&mut raw, &rawbuf, count));
-            assert_eq!(read(&mut from), "ok");
+        let mut run_ours =
+            |to: &mut std::process::ChildStdin, from: &mut BufReader<std::process::ChildStdout>| {
+                tell(to, &format!("bw plugin {size} {count}"));
+                let v = bw_plugin(&p, &mut bufs, count);
+                assert_eq!(read(from), "ok");
+                v
+            };
+        let (mut ours, mut base, mut ratio) = (vec![], vec![], vec![]);
+        for r in 0..rounds {
+            let mut run_base =
+                |to: &mut std::process::ChildStdin,
+                 from: &mut BufReader<std::process::ChildStdout>| {
+                    tell(to, &format!("bw raw {size} {count}"));
+                    let v = bw_raw(&mut raw, &rawbuf, count);
+                    assert_eq!(read(from), "ok");
+                    v
+                };
+            let (o, b) = if r % 2 == 0 {
+                let o = run_ours(&mut to, &mut from);
+                (o, run_base(&mut to, &mut from))
+            } else {
+                let b = run_base(&mut to, &mut from);
+                (run_ours(&mut to, &mut from), b)
+            };
+            ours.push(o);
+            base.push(b);
+            ratio.push(o / b);
         }
-        println!("| {} | {ours:.2} | {base:.2} | {:.2} |", human(size), ours / base);
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} |",
+            human(size),
+            median(&mut ours),
+            median(&mut base),
+            median(&mut ratio)
+        );
     }
     let iters = if quick { 5_000 } else { 20_000 };
-    let (mut ours, mut base) = (f64::MAX, f64::MAX);
-    for _ in 0..ROUNDS {
-        tell(&mut to, &format!("lat plugin {iters}"));
-        ours = ours.min(lat_plugin(&p, iters, true));
-        assert_eq!(read(&mut from), "ok");
-        tell(&mut to, &format!("lat raw {iters}"));
-        base = base.min(lat_raw(&mut raw, iters, true));
-        assert_eq!(read(&mut from), "ok");
+    let (mut ours, mut base, mut ratio) = (vec![], vec![], vec![]);
+    for r in 0..rounds {
+        let mut o = 0.0;
+        let mut b = 0.0;
+        for first in [r % 2 == 0, r % 2 != 0] {
+            if first {
+                tell(&mut to, &format!("lat plugin {iters}"));
+                o = lat_plugin(&p, iters, true);
+            } else {
+                tell(&mut to, &format!("lat raw {iters}"));
+                b = lat_raw(&mut raw, iters, true);
+            }
+            assert_eq!(read(&mut from), "ok");
+        }
+        ours.push(o);
+        base.push(b);
+        ratio.push(o / b);
     }
     println!(
-        "\n8-byte round trip: cclkit-socket {ours:.1} us, raw TCP {base:.1} us, ratio {:.2}",
-        ours / base
+        "\n8-byte round trip (median): cclkit-socket {:.1} us, raw TCP {:.1} us, ratio {:.2}",
+        median(&mut ours),
+        median(&mut base),
+        median(&mut ratio)
     );
     tell(&mut to, "quit");
     drop(p);
     let _ = child.wait();
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
 }
 
 fn tell(to: &mut impl Write, line: &str) {

@@ -11,7 +11,6 @@ use cclkit_abi::{Error, Result};
 
 use crate::wire::{MAX_RECVS, MAX_STREAMS};
 
-
 /// Address family restriction (`NCCL_SOCKET_FAMILY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -44,7 +43,10 @@ pub struct Config {
 }
 
 /// Names of our own variables (anything else starting with the prefix is a typo).
-const OWN_VARS: &[&str] = &["CCLKIT_SOCKET_MAX_RECVS", "CCLKIT_SOCKET_CONNECT_TIMEOUT_MS"];
+const OWN_VARS: &[&str] = &[
+    "CCLKIT_SOCKET_MAX_RECVS",
+    "CCLKIT_SOCKET_CONNECT_TIMEOUT_MS",
+];
 const OWN_PREFIX: &str = "CCLKIT_SOCKET_";
 
 impl Default for Config {
@@ -193,7 +195,11 @@ mod tests {
     fn parse(vars: &[(&str, &str)]) -> Result<(Config, Vec<String>)> {
         let names: Vec<String> = vars.iter().map(|(k, _)| k.to_string()).collect();
         Config::parse(
-            |n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()),
+            |n| {
+                vars.iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            },
             &names,
         )
     }
@@ -236,6 +242,12 @@ mod tests {
             let err = parse(&[bad]).unwrap_err();
             assert!(err.message().contains(bad.0), "{err}");
         }
-        assert!(parse(&[("NCCL_SOCKET_NTHREADS", "16"), ("NCCL_NSOCKS_PERTHREAD", "5")]).is_err());
+        assert!(
+            parse(&[
+                ("NCCL_SOCKET_NTHREADS", "16"),
+                ("NCCL_NSOCKS_PERTHREAD", "5")
+            ])
+            .is_err()
+        );
     }
 }

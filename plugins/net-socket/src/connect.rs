@@ -71,7 +71,11 @@ impl Connecting {
             .links
             .iter()
             .map(|l| {
-                let events = if l.sent < Hello::LEN { libc::POLLOUT } else { 0 };
+                let events = if l.sent < Hello::LEN {
+                    libc::POLLOUT
+                } else {
+                    0
+                };
                 sys::pollfd(l.sock.as_raw_fd(), events)
             })
             .collect();
@@ -86,9 +90,8 @@ impl Connecting {
                 continue;
             }
             if !link.connected {
-                sys::take_socket_error(&link.sock).map_err(|e| {
-                    Error::remote(format!("cclkit-socket: connect to {addr}: {e}"))
-                })?;
+                sys::take_socket_error(&link.sock)
+                    .map_err(|e| Error::remote(format!("cclkit-socket: connect to {addr}: {e}")))?;
                 link.connected = true;
             }
             match sys::send(link.sock.as_raw_fd(), &link.hello[link.sent..]) {

@@ -269,7 +269,13 @@ impl Net for SocketNet {
         Ok(())
     }
 
-    fn isend(&self, comm: &mut Comm, buf: Buf, tag: i32, _mr: Option<&()>) -> Result<Option<Request>> {
+    fn isend(
+        &self,
+        comm: &mut Comm,
+        buf: Buf,
+        tag: i32,
+        _mr: Option<&()>,
+    ) -> Result<Option<Request>> {
         send::isend(comm.core(), buf, tag)
     }
 

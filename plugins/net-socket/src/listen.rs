@@ -157,7 +157,10 @@ impl Listen {
         let reason = if hello.magic != self.magic {
             Some("wrong magic (a stray connection or a foreign peer)".to_owned())
         } else if hello.version != u16::from(VERSION) {
-            Some(format!("protocol version {} (expected {VERSION})", hello.version))
+            Some(format!(
+                "protocol version {} (expected {VERSION})",
+                hello.version
+            ))
         } else if usize::from(hello.count) != self.count || hello.index >= hello.count {
             Some(format!(
                 "connection {} of {} (this listen expects {})",
@@ -167,10 +170,7 @@ impl Listen {
             None
         };
         if let Some(reason) = reason {
-            nccl_warn!(
-                "cclkit-socket: closed connection from {}: {reason}",
-                h.peer
-            );
+            nccl_warn!("cclkit-socket: closed connection from {}: {reason}", h.peer);
             return;
         }
         let pos = match self.groups.iter().position(|g| g.nonce == hello.nonce) {

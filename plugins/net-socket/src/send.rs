@@ -99,7 +99,8 @@ impl SendCtl {
                 let done = o.sent.saturating_sub(Header::LEN);
                 if done < o.len {
                     // SAFETY: see `Out`: the payload is valid for `len` bytes.
-                    let p = unsafe { std::slice::from_raw_parts(o.payload.add(done), o.len - done) };
+                    let p =
+                        unsafe { std::slice::from_raw_parts(o.payload.add(done), o.len - done) };
                     iov[n] = IoSlice::new(p);
                     n += 1;
                 }
@@ -188,7 +189,9 @@ pub fn isend(core: &Core, buf: Buf, tag: i32) -> Result<Option<Request>> {
     if let Err(message) = ctl.flush(core).and_then(|()| ctl.read_cts(core)) {
         drop(guard);
         core.fail(message);
-        return Err(core.refuse().unwrap_or_else(|| Error::remote("connection failed")));
+        return Err(core
+            .refuse()
+            .unwrap_or_else(|| Error::remote("connection failed")));
     }
     let size = buf.len();
     let nlanes = core.lanes.len();
@@ -263,7 +266,11 @@ pub fn isend(core: &Core, buf: Buf, tag: i32) -> Result<Option<Request>> {
     };
     ctl.out.push_back(Out {
         head: head.encode(),
-        payload: if inline { buf.as_ptr() } else { std::ptr::null() },
+        payload: if inline {
+            buf.as_ptr()
+        } else {
+            std::ptr::null()
+        },
         len: if inline { size } else { 0 },
         sent: 0,
         slot: Some(req.ptr()),

@@ -15,7 +15,17 @@ fn thousand_connect_close_cycles_leak_nothing() {
     let s = seed();
     // Warm up once: lazily created process state (logger, RNG) is not a leak.
     let (send, recv) = p.pair(0);
-    exchange(&p, send, recv, &singles(&[1, 100_000]), s, 0, 0, 4, Duration::from_secs(30));
+    exchange(
+        &p,
+        send,
+        recv,
+        &singles(&[1, 100_000]),
+        s,
+        0,
+        0,
+        4,
+        Duration::from_secs(30),
+    );
     p.close_send(send);
     p.close_recv(recv);
     let (fds, threads) = (fd_count(), thread_count());
@@ -24,12 +34,31 @@ fn thousand_connect_close_cycles_leak_nothing() {
     for i in 0..1000 {
         let (send, recv) = p.pair(0);
         match i % 100 {
-            0 => exchange(&p, send, recv, &singles(&[3, 300_000]), s, 0, 0, 4, Duration::from_secs(30)),
+            0 => exchange(
+                &p,
+                send,
+                recv,
+                &singles(&[3, 300_000]),
+                s,
+                0,
+                0,
+                4,
+                Duration::from_secs(30),
+            ),
             50 => {
                 // Close with a large send and receive still in flight.
                 // SAFETY: the buffers outlive the comms (closed below, before reuse).
-                let r: Ptr = unsafe { p.irecv(recv, &[(sink.as_mut_ptr(), sink.len())], &[0], &[std::ptr::null_mut()]) }.unwrap();
+                let r: Ptr = unsafe {
+                    p.irecv(
+                        recv,
+                        &[(sink.as_mut_ptr(), sink.len())],
+                        &[0],
+                        &[std::ptr::null_mut()],
+                    )
+                }
+                .unwrap();
                 assert!(!r.is_null());
+                // SAFETY: as above.
                 let q = unsafe { send_now(&p, send, big.as_mut_ptr(), big.len(), 0) }.unwrap();
                 assert!(!q.is_null());
             }

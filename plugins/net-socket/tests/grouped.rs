@@ -52,9 +52,17 @@ fn truncation_fails_both_sides_and_the_stream_stays_in_sync() {
         let (send, recv) = p.pair(0);
         for (cap, len) in [(10, 100), (64 << 10, 3 << 20), (0, 1)] {
             let (r, snd) = truncate(&p, send, recv, cap, len);
-            assert_eq!(r, NcclResult::INVALID_USAGE, "{len} bytes into {cap}: receive");
+            assert_eq!(
+                r,
+                NcclResult::INVALID_USAGE,
+                "{len} bytes into {cap}: receive"
+            );
             // The sender learns the receive size from the clear-to-send record.
-            assert_eq!(snd, NcclResult::INVALID_USAGE, "{len} bytes into {cap}: send");
+            assert_eq!(
+                snd,
+                NcclResult::INVALID_USAGE,
+                "{len} bytes into {cap}: send"
+            );
             exchange(&p, send, recv, &singles(&[7, 1 << 20]), s, 0, 0, 4, LONG);
         }
         p.close_send(send);

@@ -11,7 +11,9 @@ use cclkit_abi::net::NetHandle;
 use cclkit_abi::raw::common::NcclResult;
 use cclkit_net_socket::wire::HandleInfo;
 use common::script::{exchange, singles};
-use common::{PTR_CUDA, PTR_HOST, Plugin, Ptr, SIZES, Ver, pattern, seed, send_now, truncate, wait_one};
+use common::{
+    PTR_CUDA, PTR_HOST, Plugin, Ptr, SIZES, Ver, pattern, seed, send_now, truncate, wait_one,
+};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -29,7 +31,10 @@ fn name_devices_and_properties() {
             assert!(props.speed > 0);
             assert_eq!(props.max_recvs, 1, "grouped receives are opt-in");
             let sys = format!("/sys/class/net/{}/device", props.name);
-            assert_eq!(props.pci_path.is_some(), std::path::Path::new(&sys).exists());
+            assert_eq!(
+                props.pci_path.is_some(),
+                std::path::Path::new(&sys).exists()
+            );
             if ver != Ver::V8 {
                 assert_eq!(props.max_p2p_bytes, Some(1 << 30));
                 assert_eq!(props.max_coll_bytes, Some(512 << 20));
@@ -75,7 +80,11 @@ fn truncation_is_an_error_and_the_stream_stays_in_sync() {
         let (send, recv) = p.pair(0);
         for (cap, len) in [(10, 100), (64 << 10, 3 << 20), (0, 1)] {
             let (r, snd) = truncate(&p, send, recv, cap, len);
-            assert_eq!(r, NcclResult::INVALID_USAGE, "{len} bytes into {cap}: receive");
+            assert_eq!(
+                r,
+                NcclResult::INVALID_USAGE,
+                "{len} bytes into {cap}: receive"
+            );
             // Without clear-to-send records the sender cannot know the receive size.
             assert_eq!(snd, NcclResult::SUCCESS, "{len} bytes into {cap}: send");
             // The next messages arrive intact: no byte of the truncated one was left behind.
@@ -108,10 +117,13 @@ fn cuda_memory_is_refused() {
     let mut buf = vec![0u8; 64];
     for comm in [send, recv] {
         assert_eq!(
-            p.reg_mr(comm, buf.as_mut_ptr(), buf.len(), PTR_CUDA).unwrap_err(),
+            p.reg_mr(comm, buf.as_mut_ptr(), buf.len(), PTR_CUDA)
+                .unwrap_err(),
             NcclResult::INTERNAL_ERROR
         );
-        let mh = p.reg_mr(comm, buf.as_mut_ptr(), buf.len(), PTR_HOST).unwrap();
+        let mh = p
+            .reg_mr(comm, buf.as_mut_ptr(), buf.len(), PTR_HOST)
+            .unwrap();
         p.dereg_mr(comm, mh);
     }
     p.close_send(send);
@@ -136,7 +148,10 @@ fn stray_and_wrong_magic_connections_are_dropped() {
     // Each accept call reads hellos; the wrong-magic connection must get closed.
     loop {
         assert!(Instant::now() < deadline, "stray connection not closed");
-        assert!(p.accept(lc).unwrap().is_null(), "accepted a stray connection");
+        assert!(
+            p.accept(lc).unwrap().is_null(),
+            "accepted a stray connection"
+        );
         let mut byte = [0u8; 1];
         match wrong.read(&mut byte) {
             Ok(0) => break,
@@ -168,14 +183,32 @@ fn peer_close_fails_a_pending_receive() {
     let (send, recv) = p.pair(0);
     let mut buf = vec![0u8; 1 << 20];
     // SAFETY: buf outlives the request.
-    let req = unsafe { p.irecv(recv, &[(buf.as_mut_ptr(), buf.len())], &[0], &[std::ptr::null_mut()]) }.unwrap();
+    let req = unsafe {
+        p.irecv(
+            recv,
+            &[(buf.as_mut_ptr(), buf.len())],
+            &[0],
+            &[std::ptr::null_mut()],
+        )
+    }
+    .unwrap();
     p.close_send(send);
     let start = Instant::now();
-    assert_eq!(wait_one(&p, req, LONG).unwrap_err(), NcclResult::REMOTE_ERROR);
+    assert_eq!(
+        wait_one(&p, req, LONG).unwrap_err(),
+        NcclResult::REMOTE_ERROR
+    );
     assert!(start.elapsed() < Duration::from_secs(5));
     // Later operations fail at once, naming the failure instead of hanging.
     // SAFETY: as above.
-    let again = unsafe { p.irecv(recv, &[(buf.as_mut_ptr(), 8)], &[0], &[std::ptr::null_mut()]) };
+    let again = unsafe {
+        p.irecv(
+            recv,
+            &[(buf.as_mut_ptr(), 8)],
+            &[0],
+            &[std::ptr::null_mut()],
+        )
+    };
     assert_eq!(again.unwrap_err(), NcclResult::REMOTE_ERROR);
     p.close_recv(recv);
 }
@@ -188,7 +221,16 @@ fn peer_close_mid_transfer_fails_the_sender() {
     let mut small = vec![0u8; 64 << 20];
     // The receive takes only part of the first message before its comm is closed.
     // SAFETY: buffers outlive the requests.
-    let rreq = unsafe { p.irecv(recv, &[(small.as_mut_ptr(), small.len())], &[0], &[std::ptr::null_mut()]) }.unwrap();
+    let rreq = unsafe {
+        p.irecv(
+            recv,
+            &[(small.as_mut_ptr(), small.len())],
+            &[0],
+            &[std::ptr::null_mut()],
+        )
+    }
+    .unwrap();
+    // SAFETY: as above.
     let sreq = unsafe { send_now(&p, send, big.as_mut_ptr(), big.len(), 0) }.unwrap();
     let mut sizes = [0; 64];
     let _ = p.test(rreq, &mut sizes);
@@ -197,7 +239,10 @@ fn peer_close_mid_transfer_fails_the_sender() {
     let mut failed = wait_one(&p, sreq, LONG).err();
     // A send the kernel already buffered may still succeed; the next one cannot.
     while failed.is_none() {
-        assert!(start.elapsed() < Duration::from_secs(10), "sender never noticed the closed peer");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "sender never noticed the closed peer"
+        );
         // SAFETY: as above.
         match unsafe { p.isend(send, big.as_mut_ptr(), big.len(), 0, std::ptr::null_mut()) } {
             Ok(r) if r.is_null() => {}

@@ -54,11 +54,29 @@ impl Netns {
             ip(&["netns", "add", ns])?;
         }
         ip(&[
-            "link", "add", &net.dev[0], "netns", &net.ns[0], "type", "veth", "peer", "name",
-            &net.dev[1], "netns", &net.ns[1],
+            "link",
+            "add",
+            &net.dev[0],
+            "netns",
+            &net.ns[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &net.dev[1],
+            "netns",
+            &net.ns[1],
         ])?;
         for i in 0..2 {
-            ip(&["-n", &net.ns[i], "addr", "add", &format!("{}/24", net.addr[i]), "dev", &net.dev[i]])?;
+            ip(&[
+                "-n",
+                &net.ns[i],
+                "addr",
+                "add",
+                &format!("{}/24", net.addr[i]),
+                "dev",
+                &net.dev[i],
+            ])?;
             ip(&["-n", &net.ns[i], "link", "set", &net.dev[i], "up"])?;
         }
         // Carrier comes up asynchronously; the plugin only uses running interfaces.
@@ -118,8 +136,14 @@ fn two_namespaces_over_veth() {
     let wrap0 = ["ip", "netns", "exec", net.ns[0].as_str()];
     let wrap1 = ["ip", "netns", "exec", net.ns[1].as_str()];
     let test = "two_namespaces_over_veth";
-    let (mut kids, devs, handles) =
-        start_pair(test, ["exchange", "exchange"], [Ver::V12, Ver::V11], [&e0, &e1], [&wrap0, &wrap1], seed());
+    let (mut kids, devs, handles) = start_pair(
+        test,
+        ["exchange", "exchange"],
+        [Ver::V12, Ver::V11],
+        [&e0, &e1],
+        [&wrap0, &wrap1],
+        seed(),
+    );
     for i in 0..2 {
         assert_eq!(devs[i], net.dev[i], "side {i} picked the wrong interface");
         let mut raw = unhex(&handles[i]);

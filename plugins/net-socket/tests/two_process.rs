@@ -46,7 +46,10 @@ fn two_process_grouped_receives_v11_with_v12() {
     if as_child() {
         return;
     }
-    let e = env(&[("CCLKIT_SOCKET_MAX_RECVS", "8"), ("CCLKIT_TEST_GROUPED", "5")]);
+    let e = env(&[
+        ("CCLKIT_SOCKET_MAX_RECVS", "8"),
+        ("CCLKIT_TEST_GROUPED", "5"),
+    ]);
     exchange_pair(
         "two_process_grouped_receives_v11_with_v12",
         [Ver::V11, Ver::V12],

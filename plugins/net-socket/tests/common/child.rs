@@ -28,7 +28,13 @@ pub struct Child {
 impl Child {
     /// Starts `<this test binary> --exact <test> --nocapture` with `envs`, optionally
     /// behind a wrapper command (e.g. `ip netns exec <ns>`).
-    pub fn spawn(name: &str, test: &str, role: &str, envs: &[(&str, String)], wrapper: &[&str]) -> Child {
+    pub fn spawn(
+        name: &str,
+        test: &str,
+        role: &str,
+        envs: &[(&str, String)],
+        wrapper: &[&str],
+    ) -> Child {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {

@@ -143,7 +143,10 @@ impl Plugin {
             match self.ver {
                 Ver::V8 => {
                     let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
-                    ok((ncclNetPlugin_v8.getProperties.unwrap())(dev, &mut p), "props")?;
+                    ok(
+                        (ncclNetPlugin_v8.getProperties.unwrap())(dev, &mut p),
+                        "props",
+                    )?;
                     Ok(Props {
                         name: cstr(p.name).unwrap_or_default(),
                         pci_path: cstr(p.pciPath),
@@ -156,7 +159,10 @@ impl Plugin {
                 }
                 Ver::V11 => {
                     let mut p: ncclNetProperties_v11_t = std::mem::zeroed();
-                    ok((ncclNetPlugin_v11.getProperties.unwrap())(dev, &mut p), "props")?;
+                    ok(
+                        (ncclNetPlugin_v11.getProperties.unwrap())(dev, &mut p),
+                        "props",
+                    )?;
                     Ok(Props {
                         name: cstr(p.name).unwrap_or_default(),
                         pci_path: cstr(p.pciPath),
@@ -169,7 +175,10 @@ impl Plugin {
                 }
                 Ver::V12 => {
                     let mut p: ncclNetProperties_v12_t = std::mem::zeroed();
-                    ok((ncclNetPlugin_v12.getProperties.unwrap())(dev, &mut p), "props")?;
+                    ok(
+                        (ncclNetPlugin_v12.getProperties.unwrap())(dev, &mut p),
+                        "props",
+                    )?;
                     Ok(Props {
                         name: cstr(p.name).unwrap_or_default(),
                         pci_path: cstr(p.pciPath),
@@ -211,20 +220,12 @@ impl Plugin {
         let r = unsafe {
             match self.ver {
                 Ver::V8 => (ncclNetPlugin_v8.connect.unwrap())(dev, h, &mut sc, &mut dev_comm),
-                Ver::V11 => (ncclNetPlugin_v11.connect.unwrap())(
-                    self.ctx,
-                    dev,
-                    h,
-                    &mut sc,
-                    &mut dev_comm,
-                ),
-                Ver::V12 => (ncclNetPlugin_v12.connect.unwrap())(
-                    self.ctx,
-                    dev,
-                    h,
-                    &mut sc,
-                    &mut dev_comm,
-                ),
+                Ver::V11 => {
+                    (ncclNetPlugin_v11.connect.unwrap())(self.ctx, dev, h, &mut sc, &mut dev_comm)
+                }
+                Ver::V12 => {
+                    (ncclNetPlugin_v12.connect.unwrap())(self.ctx, dev, h, &mut sc, &mut dev_comm)
+                }
             }
         };
         ok(r, "connect")?;
@@ -266,14 +267,24 @@ impl Plugin {
     }
 
     /// `regMr` of `len` bytes at `data`.
-    pub fn reg_mr(&self, comm: Ptr, data: *mut u8, len: usize, kind: c_int) -> Result<Ptr, NcclResult> {
+    pub fn reg_mr(
+        &self,
+        comm: Ptr,
+        data: *mut u8,
+        len: usize,
+        kind: c_int,
+    ) -> Result<Ptr, NcclResult> {
         let mut mh: Ptr = null_mut();
         // SAFETY: valid comm and out-pointer; the plugin does not touch the memory.
         let r = unsafe {
             match self.ver {
                 Ver::V8 => (ncclNetPlugin_v8.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh),
-                Ver::V11 => (ncclNetPlugin_v11.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh),
-                Ver::V12 => (ncclNetPlugin_v12.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh),
+                Ver::V11 => {
+                    (ncclNetPlugin_v11.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh)
+                }
+                Ver::V12 => {
+                    (ncclNetPlugin_v12.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh)
+                }
             }
         };
         ok(r, "regMr")?;
@@ -297,14 +308,44 @@ impl Plugin {
     ///
     /// # Safety
     /// `data..data+len` must stay valid until the request completes.
-    pub unsafe fn isend(&self, comm: Ptr, data: *mut u8, len: usize, tag: c_int, mh: Ptr) -> Result<Ptr, NcclResult> {
+    pub unsafe fn isend(
+        &self,
+        comm: Ptr,
+        data: *mut u8,
+        len: usize,
+        tag: c_int,
+        mh: Ptr,
+    ) -> Result<Ptr, NcclResult> {
         let mut req: Ptr = null_mut();
         // SAFETY: forwarded contract.
         let r = unsafe {
             match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.isend.unwrap())(comm, data.cast(), len as c_int, tag, mh, &mut req),
-                Ver::V11 => (ncclNetPlugin_v11.isend.unwrap())(comm, data.cast(), len, tag, mh, null_mut(), &mut req),
-                Ver::V12 => (ncclNetPlugin_v12.isend.unwrap())(comm, data.cast(), len, tag, mh, null_mut(), &mut req),
+                Ver::V8 => (ncclNetPlugin_v8.isend.unwrap())(
+                    comm,
+                    data.cast(),
+                    len as c_int,
+                    tag,
+                    mh,
+                    &mut req,
+                ),
+                Ver::V11 => (ncclNetPlugin_v11.isend.unwrap())(
+                    comm,
+                    data.cast(),
+                    len,
+                    tag,
+                    mh,
+                    null_mut(),
+                    &mut req,
+                ),
+                Ver::V12 => (ncclNetPlugin_v12.isend.unwrap())(
+                    comm,
+                    data.cast(),
+                    len,
+                    tag,
+                    mh,
+                    null_mut(),
+                    &mut req,
+                ),
             }
         };
         ok(r, "isend")?;
@@ -316,7 +357,13 @@ impl Plugin {
     ///
     /// # Safety
     /// Every buffer must stay valid until the request completes.
-    pub unsafe fn irecv(&self, comm: Ptr, bufs: &[(*mut u8, usize)], tags: &[c_int], mhs: &[Ptr]) -> Result<Ptr, NcclResult> {
+    pub unsafe fn irecv(
+        &self,
+        comm: Ptr,
+        bufs: &[(*mut u8, usize)],
+        tags: &[c_int],
+        mhs: &[Ptr],
+    ) -> Result<Ptr, NcclResult> {
         let n = bufs.len();
         let mut data: Vec<*mut c_void> = bufs.iter().map(|b| b.0.cast()).collect();
         let mut tags = tags.to_vec();
@@ -332,20 +379,49 @@ impl Plugin {
                 Ver::V8 => {
                     let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
                     req = null_mut(); // the v6–v8 shims clear the sentinel
-                    (ncclNetPlugin_v8.irecv.unwrap())(comm, n as c_int, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr(), &mut req)
+                    (ncclNetPlugin_v8.irecv.unwrap())(
+                        comm,
+                        n as c_int,
+                        data.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        &mut req,
+                    )
                 }
                 Ver::V11 => {
                     let mut sizes: Vec<usize> = bufs.iter().map(|b| b.1).collect();
-                    (ncclNetPlugin_v11.irecv.unwrap())(comm, n as c_int, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr(), null_mut(), &mut req)
+                    (ncclNetPlugin_v11.irecv.unwrap())(
+                        comm,
+                        n as c_int,
+                        data.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        null_mut(),
+                        &mut req,
+                    )
                 }
                 Ver::V12 => {
                     let mut sizes: Vec<usize> = bufs.iter().map(|b| b.1).collect();
-                    (ncclNetPlugin_v12.irecv.unwrap())(comm, n as c_int, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr(), null_mut(), &mut req)
+                    (ncclNetPlugin_v12.irecv.unwrap())(
+                        comm,
+                        n as c_int,
+                        data.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhs.as_mut_ptr(),
+                        null_mut(),
+                        &mut req,
+                    )
                 }
             }
         };
         ok(r, "irecv")?;
-        assert_ne!(req as usize, NCCL_NET_OPTIONAL_RECV_COMPLETION, "sentinel left in *request");
+        assert_ne!(
+            req as usize, NCCL_NET_OPTIONAL_RECV_COMPLETION,
+            "sentinel left in *request"
+        );
         Ok(req)
     }
 
@@ -432,12 +508,22 @@ pub struct Pending {
 pub fn wait_all(p: &Plugin, mut reqs: Vec<Pending>, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     while !reqs.is_empty() {
-        assert!(Instant::now() < deadline, "{} requests still pending: {}", reqs.len(), reqs[0].label);
+        assert!(
+            Instant::now() < deadline,
+            "{} requests still pending: {}",
+            reqs.len(),
+            reqs[0].label
+        );
         reqs.retain(|r| {
             let mut sizes = [0 as c_int; 64];
             match p.test(r.req, &mut sizes) {
                 Ok(true) => {
-                    assert_eq!(&sizes[..r.expect.len()], &r.expect[..], "sizes of {}", r.label);
+                    assert_eq!(
+                        &sizes[..r.expect.len()],
+                        &r.expect[..],
+                        "sizes of {}",
+                        r.label
+                    );
                     false
                 }
                 Ok(false) => true,
@@ -455,7 +541,10 @@ pub fn wait_one(p: &Plugin, req: Ptr, timeout: Duration) -> Result<Vec<c_int>, N
         if p.test(req, &mut sizes)? {
             return Ok(sizes.to_vec());
         }
-        assert!(Instant::now() < deadline, "request did not complete in {timeout:?}");
+        assert!(
+            Instant::now() < deadline,
+            "request did not complete in {timeout:?}"
+        );
     }
 }
 
@@ -488,12 +577,16 @@ pub fn seed() -> u64 {
 
 /// Open file descriptors of this process.
 pub fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// Threads of this process.
 pub fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// The sizes the issue asks for.
@@ -504,7 +597,13 @@ pub const SIZES: [usize; 6] = [0, 1, 7, 4095, 64 * 1024 + 3, 16 << 20];
 ///
 /// # Safety
 /// As [`Plugin::isend`].
-pub unsafe fn send_now(p: &Plugin, comm: Ptr, data: *mut u8, len: usize, tag: c_int) -> Result<Ptr, NcclResult> {
+pub unsafe fn send_now(
+    p: &Plugin,
+    comm: Ptr,
+    data: *mut u8,
+    len: usize,
+    tag: c_int,
+) -> Result<Ptr, NcclResult> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         // SAFETY: forwarded contract.
@@ -518,11 +617,25 @@ pub unsafe fn send_now(p: &Plugin, comm: Ptr, data: *mut u8, len: usize, tag: c_
 
 /// Posts one receive of `cap` bytes and one send of `len`; returns the receive's
 /// and the send's outcomes.
-pub fn truncate(p: &Plugin, send: Ptr, recv: Ptr, cap: usize, len: usize) -> (NcclResult, NcclResult) {
+pub fn truncate(
+    p: &Plugin,
+    send: Ptr,
+    recv: Ptr,
+    cap: usize,
+    len: usize,
+) -> (NcclResult, NcclResult) {
     let mut rbuf = vec![0u8; cap];
     let mut sbuf = pattern(1, 2, len);
     // SAFETY: both buffers outlive the requests (waited on below).
-    let rreq = unsafe { p.irecv(recv, &[(rbuf.as_mut_ptr(), cap)], &[0], &[std::ptr::null_mut()]) }.unwrap();
+    let rreq = unsafe {
+        p.irecv(
+            recv,
+            &[(rbuf.as_mut_ptr(), cap)],
+            &[0],
+            &[std::ptr::null_mut()],
+        )
+    }
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let sres = loop {
         // SAFETY: as above.
@@ -537,6 +650,8 @@ pub fn truncate(p: &Plugin, send: Ptr, recv: Ptr, cap: usize, len: usize) -> (Nc
         }
     };
     let rres = wait_one(p, rreq, Duration::from_secs(60)).map(|_| ());
-    (rres.err().unwrap_or(NcclResult::SUCCESS), sres.err().unwrap_or(NcclResult::SUCCESS))
+    (
+        rres.err().unwrap_or(NcclResult::SUCCESS),
+        sres.err().unwrap_or(NcclResult::SUCCESS),
+    )
 }
-

@@ -19,7 +19,10 @@ const RUN: Duration = Duration::from_secs(120);
 const BIG: usize = 16 << 20;
 
 fn env_u64(name: &str) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Listens, publishes the handle, takes the peer's, and connects both ways.
@@ -56,10 +59,22 @@ pub fn run(role: &str) {
         "exchange" => {
             let grouping = env_u64("CCLKIT_TEST_GROUPED") as usize;
             exchange(&p, send, recv, &singles(&SIZES), seed, me, 1 - me, 32, RUN);
-            let sizes: Vec<usize> = (0..80).map(|i| (pattern(seed, i, 3)[0] as usize) << (i % 17)).collect();
+            let sizes: Vec<usize> = (0..80)
+                .map(|i| (pattern(seed, i, 3)[0] as usize) << (i % 17))
+                .collect();
             exchange(&p, send, recv, &singles(&sizes), seed, me, 1 - me, 32, RUN);
             if grouping > 1 {
-                exchange(&p, send, recv, &grouped(20, grouping, seed), seed, me, 1 - me, 32, RUN);
+                exchange(
+                    &p,
+                    send,
+                    recv,
+                    &grouped(20, grouping, seed),
+                    seed,
+                    me,
+                    1 - me,
+                    32,
+                    RUN,
+                );
             }
             // Both sides finish before either closes: the last receives need the peer.
             say("DONE");
@@ -87,7 +102,14 @@ pub fn run(role: &str) {
             let mut n = 0;
             let err = loop {
                 // SAFETY: buf outlives each request (waited on before reuse).
-                let req = match unsafe { p.irecv(recv, &[(buf.as_mut_ptr(), BIG)], &[0], &[std::ptr::null_mut()]) } {
+                let req = match unsafe {
+                    p.irecv(
+                        recv,
+                        &[(buf.as_mut_ptr(), BIG)],
+                        &[0],
+                        &[std::ptr::null_mut()],
+                    )
+                } {
                     Ok(r) => r,
                     Err(e) => break e,
                 };
@@ -113,7 +135,10 @@ fn wait(p: &Plugin, req: Ptr) -> Result<(), NcclResult> {
         if p.test(req, &mut sizes)? {
             return Ok(());
         }
-        assert!(Instant::now() < deadline, "request neither completed nor failed");
+        assert!(
+            Instant::now() < deadline,
+            "request neither completed nor failed"
+        );
     }
 }
 
@@ -135,8 +160,14 @@ pub fn start_pair(
         Child::spawn(&format!("{}#{i}", roles[i]), test, roles[i], &e, wrap[i])
     };
     let mut kids = [mk(0), mk(1)];
-    let devs = [kids[0].expect("DEVICE ", SETUP), kids[1].expect("DEVICE ", SETUP)];
-    let handles = [kids[0].expect("HANDLE ", SETUP), kids[1].expect("HANDLE ", SETUP)];
+    let devs = [
+        kids[0].expect("DEVICE ", SETUP),
+        kids[1].expect("DEVICE ", SETUP),
+    ];
+    let handles = [
+        kids[0].expect("HANDLE ", SETUP),
+        kids[1].expect("HANDLE ", SETUP),
+    ];
     kids[0].send(&handles[1]);
     kids[1].send(&handles[0]);
     kids[0].expect("CONNECTED", SETUP);
@@ -145,7 +176,13 @@ pub fn start_pair(
 }
 
 /// Runs the full exchange between two children and checks both succeed.
-pub fn exchange_pair(test: &str, vers: [Ver; 2], envs: [&[(&str, String)]; 2], wrap: [&[&str]; 2], seed: u64) -> [String; 2] {
+pub fn exchange_pair(
+    test: &str,
+    vers: [Ver; 2],
+    envs: [&[(&str, String)]; 2],
+    wrap: [&[&str]; 2],
+    seed: u64,
+) -> [String; 2] {
     let (mut kids, devs, _) = start_pair(test, ["exchange", "exchange"], vers, envs, wrap, seed);
     kids[0].expect("DONE", RUN);
     kids[1].expect("DONE", RUN);
@@ -160,14 +197,29 @@ pub fn exchange_pair(test: &str, vers: [Ver; 2], envs: [&[(&str, String)]; 2], w
 /// request must fail with ncclRemoteError within `bound`.
 pub fn kill_mid_transfer(test: &str, roles: [&str; 2], progress: &str, seed: u64, bound: Duration) {
     let none: &[(&str, String)] = &[];
-    let (mut kids, _, _) = start_pair(test, roles, [Ver::V12, Ver::V11], [none, none], [&[], &[]], seed);
-    let (survivor, victim) = if roles[0].starts_with("survivor") { (0, 1) } else { (1, 0) };
+    let (mut kids, _, _) = start_pair(
+        test,
+        roles,
+        [Ver::V12, Ver::V11],
+        [none, none],
+        [&[], &[]],
+        seed,
+    );
+    let (survivor, victim) = if roles[0].starts_with("survivor") {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
     kids[survivor].expect(&format!("{progress} 2"), RUN);
     kids[victim].kill();
     let killed = Instant::now();
     let code = kids[survivor].expect("ERROR ", bound);
     let took = killed.elapsed();
-    assert_eq!(code, NcclResult::REMOTE_ERROR.0.to_string(), "survivor's error code");
+    assert_eq!(
+        code,
+        NcclResult::REMOTE_ERROR.0.to_string(),
+        "survivor's error code"
+    );
     assert!(took < bound, "error reported after {took:?}");
     kids[survivor].wait_ok(SETUP);
 }

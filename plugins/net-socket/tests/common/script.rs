@@ -71,7 +71,17 @@ const CANARY: u8 = 0xEE;
 /// Runs the exchange: sends `plan` to the peer and receives the peer's `plan`.
 /// Pattern ids: `(side << 32) + group * 8 + buffer`.
 #[allow(clippy::too_many_arguments)]
-pub fn exchange(p: &Plugin, send: Ptr, recv: Ptr, plan: &[Group], seed: u64, me: u64, peer: u64, window: usize, timeout: Duration) {
+pub fn exchange(
+    p: &Plugin,
+    send: Ptr,
+    recv: Ptr,
+    plan: &[Group],
+    seed: u64,
+    me: u64,
+    peer: u64,
+    window: usize,
+    timeout: Duration,
+) {
     let deadline = Instant::now() + timeout;
     let sends: Vec<(usize, usize)> = plan
         .iter()
@@ -92,12 +102,20 @@ pub fn exchange(p: &Plugin, send: Ptr, recv: Ptr, plan: &[Group], seed: u64, me:
         );
         while next_recv < plan.len() && recvs.len() < window {
             let grp = &plan[next_recv];
-            let mut bufs: Vec<Vec<u8>> = grp.msgs.iter().map(|&(len, _)| vec![CANARY; len + SLACK]).collect();
-            let spec: Vec<(*mut u8, usize)> = bufs.iter_mut().map(|b| (b.as_mut_ptr(), b.len())).collect();
+            let mut bufs: Vec<Vec<u8>> = grp
+                .msgs
+                .iter()
+                .map(|&(len, _)| vec![CANARY; len + SLACK])
+                .collect();
+            let spec: Vec<(*mut u8, usize)> =
+                bufs.iter_mut().map(|b| (b.as_mut_ptr(), b.len())).collect();
             let tags: Vec<c_int> = grp.msgs.iter().map(|m| m.1).collect();
             let mhs: Vec<Ptr> = bufs
                 .iter_mut()
-                .map(|b| p.reg_mr(recv, b.as_mut_ptr(), b.len(), super::PTR_HOST).expect("regMr"))
+                .map(|b| {
+                    p.reg_mr(recv, b.as_mut_ptr(), b.len(), super::PTR_HOST)
+                        .expect("regMr")
+                })
                 .collect();
             // SAFETY: the buffers live in `recvs` until the request completes.
             let req = unsafe { p.irecv(recv, &spec, &tags, &mhs) }.expect("irecv");
@@ -107,7 +125,12 @@ pub fn exchange(p: &Plugin, send: Ptr, recv: Ptr, plan: &[Group], seed: u64, me:
                 }
                 break;
             }
-            recvs.push(RecvOp { req, group: next_recv, bufs, mhs });
+            recvs.push(RecvOp {
+                req,
+                group: next_recv,
+                bufs,
+                mhs,
+            });
             next_recv += 1;
         }
         while next_send < sends.len() && sent.len() < window {
@@ -115,11 +138,16 @@ pub fn exchange(p: &Plugin, send: Ptr, recv: Ptr, plan: &[Group], seed: u64, me:
             let (len, tag) = plan[g].msgs[i];
             let mut buf = pattern(seed, (me << 32) + (g * 8 + i) as u64, len);
             // SAFETY: the buffer lives in `sent` until the request completes.
-            let req = unsafe { p.isend(send, buf.as_mut_ptr(), len, tag, std::ptr::null_mut()) }.expect("isend");
+            let req = unsafe { p.isend(send, buf.as_mut_ptr(), len, tag, std::ptr::null_mut()) }
+                .expect("isend");
             if req.is_null() {
                 break; // grouped mode: the peer's receive is not posted yet
             }
-            sent.push(SendOp { req, len, _buf: buf });
+            sent.push(SendOp {
+                req,
+                len,
+                _buf: buf,
+            });
             next_send += 1;
         }
         sent.retain(|s| {
@@ -138,11 +166,22 @@ pub fn exchange(p: &Plugin, send: Ptr, recv: Ptr, plan: &[Group], seed: u64, me:
             match p.test(r.req, &mut sizes) {
                 Ok(true) => {
                     for (i, &(len, _)) in plan[r.group].msgs.iter().enumerate() {
-                        assert_eq!(sizes[i] as usize, len, "size of group {} buffer {i}", r.group);
+                        assert_eq!(
+                            sizes[i] as usize, len,
+                            "size of group {} buffer {i}",
+                            r.group
+                        );
                         let want = pattern(seed, (peer << 32) + (r.group * 8 + i) as u64, len);
                         let got = &r.bufs[i];
-                        assert!(got[..len] == want[..], "data of group {} buffer {i} ({len} bytes) differs", r.group);
-                        assert!(got[len..].iter().all(|&b| b == CANARY), "bytes past the message were written");
+                        assert!(
+                            got[..len] == want[..],
+                            "data of group {} buffer {i} ({len} bytes) differs",
+                            r.group
+                        );
+                        assert!(
+                            got[len..].iter().all(|&b| b == CANARY),
+                            "bytes past the message were written"
+                        );
                     }
                     for &mh in &r.mhs {
                         p.dereg_mr(recv, mh);
