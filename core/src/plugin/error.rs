@@ -319,6 +319,9 @@ impl LoadError {
     }
 
     fn where_(&self) -> String {
+        if self.rule == Some(Rule::StaticPlugin) {
+            return "the main program (dlopen(NULL))".to_owned();
+        }
         self.path.clone().unwrap_or_else(|| self.entry.clone())
     }
 
