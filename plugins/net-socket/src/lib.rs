@@ -19,6 +19,10 @@
 //! Modules: [`config`] (environment), [`iface`] (devices), [`wire`] (bytes on the
 //! wire), `connect`/`listen` (connection setup), `send`/`recv` (control streams),
 //! `worker` (helper threads), `comm` (shared state), `slots` (requests).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::ffi::CStr;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
@@ -213,7 +217,7 @@ impl Net for SocketNet {
             .next()
             .ok_or_else(|| Error::internal("connect produced no control socket"))?;
         let lanes: Vec<_> = socks.collect();
-        nodelay(std::iter::once(&control).chain(&lanes))?;
+        tune(std::iter::once(&control).chain(&lanes))?;
         let slots = NCCL_NET_MAX_REQUESTS * info.max_recvs;
         Comm::start(Parts {
             dir: Dir::Send,
@@ -241,7 +245,7 @@ impl Net for SocketNet {
             .next()
             .ok_or_else(|| Error::internal("accept produced no control socket"))?;
         let lanes: Vec<_> = socks.collect();
-        nodelay(std::iter::once(&control).chain(&lanes))?;
+        tune(std::iter::once(&control).chain(&lanes))?;
         Comm::start(Parts {
             dir: Dir::Recv,
             peer: acc.peer.to_string(),
@@ -318,10 +322,13 @@ fn finished(request: &Request, sizes: &mut Sizes<'_>) -> Result<Option<bool>> {
     }
 }
 
-fn nodelay<'a>(socks: impl Iterator<Item = &'a std::net::TcpStream>) -> Result<()> {
+/// Socket options of every connection of a comm: no Nagle delay (a message's last
+/// segment must not wait for an ACK), and keepalive so a vanished host is noticed.
+fn tune<'a>(socks: impl Iterator<Item = &'a std::net::TcpStream>) -> Result<()> {
     for s in socks {
         s.set_nodelay(true)
             .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
+        sys::set_keepalive(s, 30, 10, 3).map_err(|e| Error::io("setsockopt(SO_KEEPALIVE)", e))?;
     }
     Ok(())
 }
