@@ -293,6 +293,7 @@ fn peer() {
     let mut rawbuf: Vec<u8> = Vec::new();
     loop {
         let cmd = hear(&mut line);
+        let cpu0 = cpu();
         let f: Vec<&str> = cmd.split_whitespace().collect();
         match f.as_slice() {
             ["bw", "plugin", size, count] => {
@@ -329,7 +330,7 @@ fn peer() {
             ["quit"] => break,
             other => panic!("unknown command {other:?}"),
         }
-        println!("ok");
+        println!("ok {}", cpu() - cpu0);
     }
 }
 
@@ -380,76 +381,130 @@ fn main() {
         }
     }
     println!("{rounds} paired rounds, medians; the plugin keeps {WINDOW} requests in flight\n");
-    println!("| size | cclkit-socket GB/s | raw TCP GB/s | ratio |");
-    println!("|---:|---:|---:|---:|");
+    println!(
+        "| size | cclkit-socket GB/s | raw TCP GB/s | ratio | CPU s/GB cclkit-socket | CPU s/GB raw TCP |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
     for &size in sizes {
         let count = ((1usize << 30) / size).clamp(8, 4096) / if quick { 2 } else { 1 };
+        let gb = (size * count) as f64 / 1e9;
         let mut bufs: Vec<Vec<u8>> = (0..WINDOW).map(|i| vec![i as u8 + 1; size]).collect();
         let rawbuf = vec![7u8; size];
-        let mut run_ours =
-            |to: &mut std::process::ChildStdin, from: &mut BufReader<std::process::ChildStdout>| {
-                tell(to, &format!("bw plugin {size} {count}"));
-                let v = bw_plugin(&p, &mut bufs, count);
-                assert_eq!(read(from), "ok");
-                v
-            };
-        let (mut ours, mut base, mut ratio) = (vec![], vec![], vec![]);
+        let mut m = Paired::default();
         for r in 0..rounds {
-            let mut run_base =
-                |to: &mut std::process::ChildStdin,
-                 from: &mut BufReader<std::process::ChildStdout>| {
-                    tell(to, &format!("bw raw {size} {count}"));
-                    let v = bw_raw(&mut raw, &rawbuf, count);
-                    assert_eq!(read(from), "ok");
-                    v
-                };
-            let (o, b) = if r % 2 == 0 {
-                let o = run_ours(&mut to, &mut from);
-                (o, run_base(&mut to, &mut from))
-            } else {
-                let b = run_base(&mut to, &mut from);
-                (run_ours(&mut to, &mut from), b)
-            };
-            ours.push(o);
-            base.push(b);
-            ratio.push(o / b);
+            for ours_now in [r % 2 == 0, r % 2 != 0] {
+                if ours_now {
+                    let (v, c) = timed(
+                        &mut to,
+                        &mut from,
+                        &format!("bw plugin {size} {count}"),
+                        || bw_plugin(&p, &mut bufs, count),
+                    );
+                    m.ours.push(v);
+                    m.ours_cpu.push(c / gb);
+                } else {
+                    let (v, c) = timed(
+                        &mut to,
+                        &mut from,
+                        &format!("bw raw {size} {count}"),
+                        || bw_raw(&mut raw, &rawbuf, count),
+                    );
+                    m.base.push(v);
+                    m.base_cpu.push(c / gb);
+                }
+            }
         }
+        let [o, b, ratio, oc, bc] = m.medians();
         println!(
-            "| {} | {:.2} | {:.2} | {:.2} |",
-            human(size),
-            median(&mut ours),
-            median(&mut base),
-            median(&mut ratio)
+            "| {} | {o:.2} | {b:.2} | {ratio:.2} | {oc:.3} | {bc:.3} |",
+            human(size)
         );
     }
     let iters = if quick { 5_000 } else { 20_000 };
-    let (mut ours, mut base, mut ratio) = (vec![], vec![], vec![]);
+    let mut m = Paired::default();
     for r in 0..rounds {
-        let mut o = 0.0;
-        let mut b = 0.0;
-        for first in [r % 2 == 0, r % 2 != 0] {
-            if first {
-                tell(&mut to, &format!("lat plugin {iters}"));
-                o = lat_plugin(&p, iters, true);
+        for ours_now in [r % 2 == 0, r % 2 != 0] {
+            if ours_now {
+                let (v, c) = timed(&mut to, &mut from, &format!("lat plugin {iters}"), || {
+                    lat_plugin(&p, iters, true)
+                });
+                m.ours.push(v);
+                m.ours_cpu.push(c * 1e6 / iters as f64);
             } else {
-                tell(&mut to, &format!("lat raw {iters}"));
-                b = lat_raw(&mut raw, iters, true);
+                let (v, c) = timed(&mut to, &mut from, &format!("lat raw {iters}"), || {
+                    lat_raw(&mut raw, iters, true)
+                });
+                m.base.push(v);
+                m.base_cpu.push(c * 1e6 / iters as f64);
             }
-            assert_eq!(read(&mut from), "ok");
         }
-        ours.push(o);
-        base.push(b);
-        ratio.push(o / b);
     }
+    let [o, b, ratio, oc, bc] = m.medians();
     println!(
-        "\n8-byte round trip (median): cclkit-socket {:.1} us, raw TCP {:.1} us, ratio {:.2}",
-        median(&mut ours),
-        median(&mut base),
-        median(&mut ratio)
+        "\n8-byte round trip (median): cclkit-socket {o:.1} us, raw TCP {b:.1} us, ratio {ratio:.2}; \
+         CPU per round trip (both processes) {oc:.1} us vs {bc:.1} us"
     );
     tell(&mut to, "quit");
     drop(p);
     let _ = child.wait();
+}
+
+/// Per-round results of the plugin and the baseline.
+#[derive(Default)]
+struct Paired {
+    ours: Vec<f64>,
+    base: Vec<f64>,
+    ours_cpu: Vec<f64>,
+    base_cpu: Vec<f64>,
+}
+
+impl Paired {
+    /// Medians of: ours, baseline, per-round ratio, our CPU, baseline CPU.
+    fn medians(&mut self) -> [f64; 5] {
+        let mut ratio: Vec<f64> = self
+            .ours
+            .iter()
+            .zip(&self.base)
+            .map(|(o, b)| o / b)
+            .collect();
+        [
+            median(&mut self.ours),
+            median(&mut self.base),
+            median(&mut ratio),
+            median(&mut self.ours_cpu),
+            median(&mut self.base_cpu),
+        ]
+    }
+}
+
+/// CPU seconds (user + system, all threads) this process has used.
+fn cpu() -> f64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// Tells the peer `cmd`, runs our side, and returns our result with the CPU both
+/// processes spent on it.
+fn timed(
+    to: &mut impl Write,
+    from: &mut impl BufRead,
+    cmd: &str,
+    ours: impl FnOnce() -> f64,
+) -> (f64, f64) {
+    tell(to, cmd);
+    let c0 = cpu();
+    let v = ours();
+    let mine = cpu() - c0;
+    let reply = read(from);
+    let theirs: f64 = reply
+        .strip_prefix("ok ")
+        .and_then(|c| c.parse().ok())
+        .expect("peer reply");
+    (v, mine + theirs)
 }
 
 fn median(v: &mut [f64]) -> f64 {

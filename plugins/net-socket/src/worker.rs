@@ -104,7 +104,12 @@ impl<'a> Worker<'a> {
             if self.core.is_failed() {
                 continue;
             }
-            self.sleep(bell, if hot { 0 } else { -1 });
+            if hot {
+                // Some stream moved data: go round again without a poll() call. New
+                // work, a stop or a failure is seen at the top of the loop anyway.
+                continue;
+            }
+            self.sleep(bell, -1);
         }
     }
 
