@@ -1,5 +1,7 @@
 //! memcpy of 64 MiB against the sum of two 64 MiB arrays (f32, f16, bf16,
-//! fp8 e4m3), single thread, in one run.
+//! fp8 e4m3), single thread, in one run; then the same at 256 KiB, where the
+//! arrays stay in L2 (the size of a ring chunk), which shows the kernels'
+//! compute speed rather than DRAM's.
 //!
 //! Bandwidth is counted the STREAM way: bytes the kernel must read plus bytes
 //! it must write (copy: 2 × 64 MiB; sum: 3 × 64 MiB), no write-allocate
@@ -14,8 +16,8 @@ use std::path::PathBuf;
 use cclkit_kernels::{Bf16, DataType, F16, Fp8E4M3, RedOp, Reduction, as_bytes, copy};
 use criterion::{Criterion, Throughput};
 
-const BYTES: usize = 64 << 20;
-const GROUP: &str = "host_64MiB";
+/// (criterion group, array size in bytes).
+const SIZES: [(&str, usize); 2] = [("host_64MiB", 64 << 20), ("host_256KiB", 256 << 10)];
 
 /// Deterministic values in [0.5, 2): no denormals, NaNs or overflow, so the
 /// timing is that of ordinary data.
@@ -31,10 +33,10 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn sum_bench(c: &mut Criterion, id: &str, dtype: DataType, a: &[u8], b: &[u8]) {
-    let mut group = c.benchmark_group(GROUP);
-    group.throughput(Throughput::Bytes(3 * BYTES as u64));
-    let mut dst = vec![1u8; BYTES];
+fn sum_bench(c: &mut Criterion, group: &str, id: &str, dtype: DataType, a: &[u8], b: &[u8]) {
+    let mut group = c.benchmark_group(group);
+    group.throughput(Throughput::Bytes(3 * a.len() as u64));
+    let mut dst = vec![1u8; a.len()];
     let red = Reduction::new(dtype, RedOp::SUM, 1);
     group.bench_function(id, |bench| {
         bench.iter(|| match &red {
@@ -45,12 +47,12 @@ fn sum_bench(c: &mut Criterion, id: &str, dtype: DataType, a: &[u8], b: &[u8]) {
     group.finish();
 }
 
-fn benches(c: &mut Criterion) {
-    let src = vec![7u8; BYTES];
-    let mut dst = vec![1u8; BYTES];
+fn benches(c: &mut Criterion, name: &str, bytes: usize) {
+    let src = vec![7u8; bytes];
+    let mut dst = vec![1u8; bytes];
     {
-        let mut group = c.benchmark_group(GROUP);
-        group.throughput(Throughput::Bytes(2 * BYTES as u64));
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Bytes(2 * bytes as u64));
         group.bench_function("memcpy", |bench| {
             bench.iter(|| black_box(copy(&mut dst, black_box(&src))).is_ok())
         });
@@ -58,10 +60,11 @@ fn benches(c: &mut Criterion) {
     }
     drop((src, dst));
 
-    let fa = values(BYTES / 4, 1);
-    let fb = values(BYTES / 4, 2);
+    let fa = values(bytes / 4, 1);
+    let fb = values(bytes / 4, 2);
     sum_bench(
         c,
+        name,
         "f32_sum",
         DataType::FLOAT32,
         as_bytes(&fa),
@@ -69,16 +72,17 @@ fn benches(c: &mut Criterion) {
     );
     drop((fa, fb));
 
-    let ha: Vec<F16> = values(BYTES / 2, 3)
+    let ha: Vec<F16> = values(bytes / 2, 3)
         .into_iter()
         .map(F16::from_f32)
         .collect();
-    let hb: Vec<F16> = values(BYTES / 2, 4)
+    let hb: Vec<F16> = values(bytes / 2, 4)
         .into_iter()
         .map(F16::from_f32)
         .collect();
     sum_bench(
         c,
+        name,
         "f16_sum",
         DataType::FLOAT16,
         as_bytes(&ha),
@@ -86,16 +90,17 @@ fn benches(c: &mut Criterion) {
     );
     drop((ha, hb));
 
-    let ba: Vec<Bf16> = values(BYTES / 2, 5)
+    let ba: Vec<Bf16> = values(bytes / 2, 5)
         .into_iter()
         .map(Bf16::from_f32)
         .collect();
-    let bb: Vec<Bf16> = values(BYTES / 2, 6)
+    let bb: Vec<Bf16> = values(bytes / 2, 6)
         .into_iter()
         .map(Bf16::from_f32)
         .collect();
     sum_bench(
         c,
+        name,
         "bf16_sum",
         DataType::BFLOAT16,
         as_bytes(&ba),
@@ -103,16 +108,17 @@ fn benches(c: &mut Criterion) {
     );
     drop((ba, bb));
 
-    let ea: Vec<Fp8E4M3> = values(BYTES, 7)
+    let ea: Vec<Fp8E4M3> = values(bytes, 7)
         .into_iter()
         .map(Fp8E4M3::from_f32)
         .collect();
-    let eb: Vec<Fp8E4M3> = values(BYTES, 8)
+    let eb: Vec<Fp8E4M3> = values(bytes, 8)
         .into_iter()
         .map(Fp8E4M3::from_f32)
         .collect();
     sum_bench(
         c,
+        name,
         "e4m3_sum",
         DataType::FLOAT8E4M3,
         as_bytes(&ea),
@@ -132,9 +138,9 @@ fn criterion_home() -> PathBuf {
 }
 
 /// Mean time per iteration in ns from criterion's `estimates.json`.
-fn mean_ns(id: &str) -> Option<f64> {
+fn mean_ns(group: &str, id: &str) -> Option<f64> {
     let path = criterion_home()
-        .join(GROUP)
+        .join(group)
         .join(id)
         .join("new")
         .join("estimates.json");
@@ -143,47 +149,50 @@ fn mean_ns(id: &str) -> Option<f64> {
     json.get("mean")?.get("point_estimate")?.as_f64()
 }
 
-fn print_ratios() {
-    let Some(copy_ns) = mean_ns("memcpy") else {
+/// Bandwidth of each kernel as a fraction of memcpy's in the same group,
+/// with the goals for the 64 MiB group.
+fn print_ratios(group: &str, bytes: usize) {
+    let Some(copy_ns) = mean_ns(group, "memcpy") else {
         println!(
-            "(no criterion estimates found under {}; ratios skipped)",
+            "(no criterion estimates under {}; ratios skipped)",
             criterion_home().display()
         );
         return;
     };
-    let copy_gbs = 2.0 * BYTES as f64 / copy_ns;
-    println!("\nkernel      time/iter   GB/s (read+write)   bandwidth / memcpy");
-    println!(
-        "memcpy      {:7.2} ms   {copy_gbs:8.2}            1.00",
-        copy_ns / 1e6
-    );
+    let goals = group == SIZES[0].0;
+    let copy_gbs = 2.0 * bytes as f64 / copy_ns;
+    println!("\n{group}: kernel, time/iter, GB/s (read+write), bandwidth / memcpy");
+    println!("  memcpy    {:9.1} us  {copy_gbs:7.2}  1.00", copy_ns / 1e3);
     for (id, goal) in [
         ("f32_sum", 0.8),
         ("f16_sum", 0.5),
         ("bf16_sum", 0.5),
         ("e4m3_sum", 0.0),
     ] {
-        if let Some(ns) = mean_ns(id) {
-            let gbs = 3.0 * BYTES as f64 / ns;
-            let verdict = if goal == 0.0 {
-                String::from("(no goal)")
-            } else if gbs / copy_gbs >= goal {
-                format!("(goal >= {goal}: met)")
-            } else {
-                format!("(goal >= {goal}: MISSED)")
-            };
-            println!(
-                "{id:<10}  {:7.2} ms   {gbs:8.2}            {:.2} {verdict}",
-                ns / 1e6,
-                gbs / copy_gbs
-            );
-        }
+        let Some(ns) = mean_ns(group, id) else {
+            continue;
+        };
+        let gbs = 3.0 * bytes as f64 / ns;
+        let ratio = gbs / copy_gbs;
+        let verdict = match (goals, goal > 0.0) {
+            (true, true) if ratio >= goal => format!("(goal >= {goal}: met)"),
+            (true, true) => format!("(goal >= {goal}: MISSED)"),
+            _ => String::new(),
+        };
+        println!(
+            "  {id:<9} {:9.1} us  {gbs:7.2}  {ratio:.2} {verdict}",
+            ns / 1e3
+        );
     }
 }
 
 fn main() {
     let mut c = Criterion::default().configure_from_args();
-    benches(&mut c);
+    for (name, bytes) in SIZES {
+        benches(&mut c, name, bytes);
+    }
     c.final_summary();
-    print_ratios();
+    for (name, bytes) in SIZES {
+        print_ratios(name, bytes);
+    }
 }

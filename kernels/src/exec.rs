@@ -59,21 +59,99 @@ macro_rules! with_combine {
 }
 
 impl Exec {
-    /// The F16C kernel for this step on `f16`, if there is one.
+    /// Runs `dst = a ⊕ pre?(b)` with the F16C kernel when there is one for
+    /// this type and op at this level (f16 and fp8 sum, prod, avg); returns
+    /// whether it did.
+    ///
+    /// # Safety
+    /// `d`, `a`, `b` valid for `n` elements of `dtype` (unaligned); `d` equal
+    /// to `a` or overlapping neither input.
     #[cfg(target_arch = "x86_64")]
-    fn f16_op(self, pre_b: bool) -> Option<crate::x86::F16Op> {
-        use crate::float::F16;
-        use crate::x86::F16Op;
+    unsafe fn f16c_binary(
+        self,
+        dtype: crate::DataType,
+        d: *mut u8,
+        a: *const u8,
+        b: *const u8,
+        n: usize,
+        pre_b: bool,
+    ) -> bool {
+        use crate::DataType;
+        use crate::float::{F16, Fp8E4M3, Fp8E5M2};
         if self.level != Level::Avx2 {
-            return None;
+            return false;
         }
-        match self.kind {
-            Kind::Sum => Some(F16Op::Sum),
-            Kind::Prod => Some(F16Op::Prod),
-            Kind::PreMulSum if pre_b => Some(F16Op::SumPremul(F16::avg_scale(self.n_ranks))),
-            Kind::PreMulSum => Some(F16Op::Sum),
-            Kind::Min | Kind::Max | Kind::SumPostDiv => None,
+        // SAFETY: forwarded from the caller; Level::Avx2 means AVX2 and F16C
+        // were detected.
+        unsafe {
+            match dtype {
+                DataType::FLOAT16 => self.f16c_typed::<F16>(d.cast(), a.cast(), b.cast(), n, pre_b),
+                DataType::FLOAT8E4M3 => {
+                    self.f16c_typed::<Fp8E4M3>(d.cast(), a.cast(), b.cast(), n, pre_b)
+                }
+                DataType::FLOAT8E5M2 => {
+                    self.f16c_typed::<Fp8E5M2>(d.cast(), a.cast(), b.cast(), n, pre_b)
+                }
+                _ => false,
+            }
         }
+    }
+
+    /// # Safety
+    /// As `f16c_binary`, and the level is `Avx2`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn f16c_typed<U: crate::x86::F16cLanes>(
+        self,
+        d: *mut U,
+        a: *const U,
+        b: *const U,
+        n: usize,
+        pre_b: bool,
+    ) -> bool {
+        use crate::x86::FloatOp;
+        let op = match self.kind {
+            Kind::Sum => FloatOp::Sum,
+            Kind::Prod => FloatOp::Prod,
+            Kind::PreMulSum if pre_b => FloatOp::SumPremul(U::avg_scale(self.n_ranks)),
+            Kind::PreMulSum => FloatOp::Sum,
+            Kind::Min | Kind::Max | Kind::SumPostDiv => return false,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::x86::zip2(op, d, a, b, n) };
+        true
+    }
+
+    /// `dst = pre(src)` with the F16C kernel when there is one; returns
+    /// whether it ran.
+    ///
+    /// # Safety
+    /// `d`, `s` valid for `n` elements of `dtype`; `d` equal to `s` or
+    /// disjoint from it.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn f16c_premul(
+        self,
+        dtype: crate::DataType,
+        d: *mut u8,
+        s: *const u8,
+        n: usize,
+    ) -> bool {
+        use crate::DataType;
+        use crate::float::{F16, Fp8E4M3, Fp8E5M2};
+        use crate::x86::premul;
+        if self.level != Level::Avx2 {
+            return false;
+        }
+        let r = self.n_ranks;
+        // SAFETY: forwarded from the caller; Level::Avx2 checked above.
+        unsafe {
+            match dtype {
+                DataType::FLOAT16 => premul(F16::avg_scale(r), d.cast(), s.cast(), n),
+                DataType::FLOAT8E4M3 => premul(Fp8E4M3::avg_scale(r), d.cast(), s.cast(), n),
+                DataType::FLOAT8E5M2 => premul(Fp8E5M2::avg_scale(r), d.cast(), s.cast(), n),
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// `dst = post?(a ⊕ pre?(b))`.
@@ -86,21 +164,13 @@ impl Exec {
         post: bool,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if T::DTYPE == crate::DataType::FLOAT16 {
-            if let Some(op) = self.f16_op(pre_b) {
-                let n = dst.len().min(a.len()).min(b.len()) / 2;
-                // SAFETY: f16_op returns Some only at Level::Avx2 (AVX2 and
-                // F16C detected); n elements fit in every slice; dst is a
-                // `&mut` so it overlaps neither input.
-                unsafe {
-                    crate::x86::f16_zip2(
-                        op,
-                        dst.as_mut_ptr().cast(),
-                        a.as_ptr().cast(),
-                        b.as_ptr().cast(),
-                        n,
-                    )
-                };
+        {
+            let n = dst.len().min(a.len()).min(b.len()) / size_of::<T>();
+            // SAFETY: n elements fit in every slice; dst is a `&mut`, so it
+            // overlaps neither input.
+            if unsafe {
+                self.f16c_binary(T::DTYPE, dst.as_mut_ptr(), a.as_ptr(), b.as_ptr(), n, pre_b)
+            } {
                 return;
             }
         }
@@ -116,13 +186,12 @@ impl Exec {
         post: bool,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if T::DTYPE == crate::DataType::FLOAT16 {
-            if let Some(op) = self.f16_op(pre_b) {
-                let n = acc.len().min(b.len()) / 2;
-                let d = acc.as_mut_ptr().cast::<u16>();
-                // SAFETY: as in `binary`; d is both output and first input,
-                // which f16_zip2 allows, and `b` cannot overlap a `&mut`.
-                unsafe { crate::x86::f16_zip2(op, d, d, b.as_ptr().cast(), n) };
+        {
+            let n = acc.len().min(b.len()) / size_of::<T>();
+            let d = acc.as_mut_ptr();
+            // SAFETY: n elements fit; d is both output and first input, which
+            // the kernel allows, and `b` cannot overlap a `&mut`.
+            if unsafe { self.f16c_binary(T::DTYPE, d, d, b.as_ptr(), n, pre_b) } {
                 return;
             }
         }
@@ -137,15 +206,12 @@ impl Exec {
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if T::DTYPE == crate::DataType::FLOAT16 && self.level == Level::Avx2 {
-            let scale = crate::float::F16::avg_scale(self.n_ranks);
-            let n = dst.len().min(src.len()) / 2;
-            // SAFETY: Level::Avx2 means AVX2 and F16C were detected; n fits;
-            // dst is a `&mut`, disjoint from src.
-            unsafe {
-                crate::x86::f16_premul(scale, dst.as_mut_ptr().cast(), src.as_ptr().cast(), n)
-            };
-            return;
+        {
+            let n = dst.len().min(src.len()) / size_of::<T>();
+            // SAFETY: n fits; dst is a `&mut`, disjoint from src.
+            if unsafe { self.f16c_premul(T::DTYPE, dst.as_mut_ptr(), src.as_ptr(), n) } {
+                return;
+            }
         }
         let scale = T::avg_scale(self.n_ranks);
         host::map(self.level, dst, src, move |x: T| x.premul(scale));
@@ -157,13 +223,13 @@ impl Exec {
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if T::DTYPE == crate::DataType::FLOAT16 && self.level == Level::Avx2 {
-            let scale = crate::float::F16::avg_scale(self.n_ranks);
-            let n = buf.len() / 2;
-            let d = buf.as_mut_ptr().cast::<u16>();
-            // SAFETY: as in `pre`; in place is allowed (d equals the input).
-            unsafe { crate::x86::f16_premul(scale, d, d, n) };
-            return;
+        {
+            let n = buf.len() / size_of::<T>();
+            let d = buf.as_mut_ptr();
+            // SAFETY: n fits; in place is allowed (d equals the input).
+            if unsafe { self.f16c_premul(T::DTYPE, d, d, n) } {
+                return;
+            }
         }
         let scale = T::avg_scale(self.n_ranks);
         host::map_in_place(self.level, buf, move |x: T| x.premul(scale));
