@@ -44,8 +44,8 @@ fn errors_name_the_peer_and_the_sizes() {
     let ip = net.properties(0).expect("props").name;
     let mut small = vec![0u8; 10];
     let mut big = vec![1u8; 100];
-    // SAFETY: the buffers outlive the requests (finished below).
     let bufs = [RecvBuf::<()> {
+        // SAFETY: the buffers outlive the requests (finished below).
         buf: unsafe { Buf::new(small.as_mut_ptr(), small.len()) },
         tag: 0,
         mr: None,
