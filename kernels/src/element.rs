@@ -18,10 +18,23 @@ use cclkit_abi::raw::common::DataType;
 use crate::float::{Bf16, F16, Fp8E4M3, Fp8E5M2};
 
 pub(crate) mod sealed {
-    /// Keeps [`super::Element`] closed: the kernels reinterpret bytes as these
-    /// types, which is only sound for plain-old-data types with no invalid
-    /// bit patterns and no padding.
-    pub trait Sealed {}
+    /// Keeps [`super::Element`] closed and carries the `ncclAvg` pieces the
+    /// kernels need but callers should not: the kernels reinterpret bytes as
+    /// these types, which is only sound for plain-old-data types with no
+    /// invalid bit patterns and no padding.
+    pub trait Sealed: Sized {
+        /// NCCL's `ncclAvg` pre-op for floats: `self × scale`, rounded once.
+        /// Integers average by dividing after the sum; for them it returns
+        /// `self` and is never used.
+        fn premul(self, scale: Self) -> Self;
+        /// NCCL's `ncclAvg` post-op for integers: `self / n` truncated toward
+        /// zero (`FuncSumPostDiv`). Floats return `self` (never used).
+        fn post_div(self, n: u32) -> Self;
+        /// The `ncclAvg` multiplier for `n` ranks exactly as NCCL's
+        /// `hostToDevRedOp` computes it (`T(float(1.0/n))` for 16/8-bit
+        /// floats; integers: 1, never used).
+        fn avg_scale(n: u32) -> Self;
+    }
 }
 
 /// One of NCCL's reduction data types. Implemented for `i8`, `u8`, `i32`,
@@ -44,25 +57,10 @@ pub trait Element:
     fn reduce_min(self, rhs: Self) -> Self;
     /// The larger value (floats: `maximumNumber`, see the module docs).
     fn reduce_max(self, rhs: Self) -> Self;
-
-    /// NCCL's `ncclAvg` pre-op for floats: `self × scale`, rounded once. For
-    /// integers it is never used (they average by dividing after the sum) and
-    /// returns `self`.
-    #[doc(hidden)]
-    fn premul(self, scale: Self) -> Self;
-    /// NCCL's `ncclAvg` post-op for integers: `self / n` truncated toward zero
-    /// (`FuncSumPostDiv`). For floats it is never used and returns `self`.
-    #[doc(hidden)]
-    fn post_div(self, n: u32) -> Self;
-    /// The `ncclAvg` multiplier for `n` ranks exactly as NCCL's
-    /// `hostToDevRedOp` computes it (`T(float(1.0/n))` for 16/8-bit floats).
-    #[doc(hidden)]
-    fn avg_scale(n: u32) -> Self;
 }
 
 macro_rules! int_element {
     ($ty:ty, $dtype:ident) => {
-        impl sealed::Sealed for $ty {}
         impl Element for $ty {
             const DTYPE: DataType = DataType::$dtype;
             #[inline(always)]
@@ -81,6 +79,8 @@ macro_rules! int_element {
             fn reduce_max(self, rhs: Self) -> Self {
                 Ord::max(self, rhs)
             }
+        }
+        impl sealed::Sealed for $ty {
             #[inline(always)]
             fn premul(self, _scale: Self) -> Self {
                 self
@@ -168,7 +168,6 @@ mod mme5m2 {
     float_minmax!(u8, i8, 0x7fu8, 0x7cu8);
 }
 
-impl sealed::Sealed for f32 {}
 impl Element for f32 {
     const DTYPE: DataType = DataType::FLOAT32;
     #[inline(always)]
@@ -187,6 +186,8 @@ impl Element for f32 {
     fn reduce_max(self, rhs: Self) -> Self {
         f32::from_bits(mm32::max_bits(self.to_bits(), rhs.to_bits()))
     }
+}
+impl sealed::Sealed for f32 {
     #[inline(always)]
     fn premul(self, scale: Self) -> Self {
         self * scale
@@ -201,7 +202,6 @@ impl Element for f32 {
     }
 }
 
-impl sealed::Sealed for f64 {}
 impl Element for f64 {
     const DTYPE: DataType = DataType::FLOAT64;
     #[inline(always)]
@@ -220,6 +220,8 @@ impl Element for f64 {
     fn reduce_max(self, rhs: Self) -> Self {
         f64::from_bits(mm64::max_bits(self.to_bits(), rhs.to_bits()))
     }
+}
+impl sealed::Sealed for f64 {
     #[inline(always)]
     fn premul(self, scale: Self) -> Self {
         self * scale
@@ -237,7 +239,6 @@ impl Element for f64 {
 /// The small float formats: arithmetic in `f32`, one rounding back.
 macro_rules! small_float_element {
     ($ty:ident, $dtype:ident, $mm:ident) => {
-        impl sealed::Sealed for $ty {}
         impl Element for $ty {
             const DTYPE: DataType = DataType::$dtype;
             #[inline(always)]
@@ -256,6 +257,8 @@ macro_rules! small_float_element {
             fn reduce_max(self, rhs: Self) -> Self {
                 $ty($mm::max_bits(self.0, rhs.0))
             }
+        }
+        impl sealed::Sealed for $ty {
             #[inline(always)]
             fn premul(self, scale: Self) -> Self {
                 $ty::from_f32(self.to_f32() * scale.to_f32())
@@ -301,6 +304,7 @@ pub(crate) fn avg_is_premul(dtype: DataType) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+    use super::sealed::Sealed;
     use super::*;
 
     #[test]

@@ -6,6 +6,7 @@
 //! at worst leave bytes unwritten, never read or write out of bounds.
 
 use crate::element::Element;
+use crate::element::sealed::Sealed;
 use crate::host::{self, Level};
 
 /// The device-level form of an op, as NCCL's `ncclDevRedOp_t`.

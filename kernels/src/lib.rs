@@ -25,6 +25,9 @@
 //! # Ok::<(), cclkit_kernels::KernelError>(())
 //! ```
 //!
+//! See `README.md` for how the runtime's ring and tree steps map onto these
+//! calls, the tests, and benchmark numbers.
+//!
 //! # API
 //! * [`reduce`], [`reduce_in_place`], [`copy`]: one binary step (`dst = a ⊕ b`)
 //!   on byte slices, typed by a `ncclDataType_t`/`ncclRedOp_t` pair
@@ -40,7 +43,7 @@
 //!
 //! Byte slices may have any alignment. Lengths must match and be whole
 //! elements; otherwise the call returns [`KernelError`] and writes nothing.
-//! Nothing here panics or allocates.
+//! Nothing here panics, and no kernel allocates.
 //!
 //! # Semantics
 //! * Integers: wrapping two's-complement sum and prod (NCCL runs signed sums
@@ -59,9 +62,10 @@
 //! # Features
 //! * The loops are portable Rust the compiler vectorises, built twice:
 //!   baseline x86_64 (SSE2) and AVX2+F16C, picked at run time
-//!   (`is_x86_feature_detected!`); `f16` sum/prod/avg use F16C instructions.
-//!   `CCLKIT_KERNELS_SIMD=baseline` forces the portable baseline loops.
-//!   Results are identical on every path.
+//!   (`is_x86_feature_detected!`); `f16` and fp8 sum/prod/avg use F16C
+//!   instructions. `CCLKIT_KERNELS_SIMD=baseline` forces the portable
+//!   baseline loops. Results are identical on every path (NaN payloads
+//!   aside).
 //! * `cuda` (reserved, not yet present): CUDA device kernels.
 //!
 //! # Threads
