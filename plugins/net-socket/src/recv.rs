@@ -118,6 +118,11 @@ impl RecvCtl {
             self.end -= self.start;
             self.start = 0;
         }
+        if self.end == self.stage.len() {
+            // Unreachable: we refill only with less than a header staged. A zero-length
+            // recv would read as end of file, so say what really happened.
+            return Err("internal error: control staging buffer full".to_owned());
+        }
         match sys::recv(self.sock.as_raw_fd(), &mut self.stage[self.end..]) {
             Ok(0) => Err(eof(core)),
             Ok(n) => {

@@ -11,6 +11,12 @@ use common::{Plugin, Ptr, Ver, fd_count, seed, send_now, thread_count};
 
 #[test]
 fn thousand_connect_close_cycles_leak_nothing() {
+    // Helper threads and data streams on any interface (loopback would get none).
+    // SAFETY: the only test of this binary, before the plugin reads the environment.
+    unsafe {
+        std::env::set_var("NCCL_SOCKET_NTHREADS", "2");
+        std::env::set_var("NCCL_NSOCKS_PERTHREAD", "2");
+    }
     let p = Plugin::open(Ver::V12);
     let s = seed();
     // Warm up once: lazily created process state (logger, RNG) is not a leak.
