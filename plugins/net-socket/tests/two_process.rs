@@ -131,3 +131,30 @@ fn peer_killed_while_sending_fails_the_receiver() {
         Duration::from_secs(10),
     );
 }
+
+#[test]
+fn two_process_ipv6_loopback() {
+    if as_child() {
+        return;
+    }
+    let has_v6_lo = std::fs::read_to_string("/proc/net/if_inet6")
+        .map(|s| s.lines().any(|l| l.ends_with(" lo")))
+        .unwrap_or(false);
+    if !has_v6_lo {
+        println!("SKIPPED two_process_ipv6_loopback: no IPv6 address on lo");
+        return;
+    }
+    // Asked-for loopback, IPv6 only: also shows `lo` is used when requested.
+    let e = env(&[
+        ("NCCL_SOCKET_IFNAME", "=lo"),
+        ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+    ]);
+    let devs = exchange_pair(
+        "two_process_ipv6_loopback",
+        [Ver::V12, Ver::V11],
+        [&e, &e],
+        [&[], &[]],
+        seed(),
+    );
+    assert_eq!(devs, ["lo".to_owned(), "lo".to_owned()]);
+}
