@@ -9,6 +9,7 @@
 //! | `CCLKIT_OFI_LIVENESS_MS` | 1000 | idle time before a waiting comm checks its peer; 0 disables |
 //! | `CCLKIT_OFI_LIVENESS_PROC` | 1 | 0 skips the same-host `/proc` check (then only pings detect a dead peer) |
 //! | `CCLKIT_OFI_MR_CACHE` | 1 | 0 disables the registration cache |
+//! | `CCLKIT_OFI_REGISTER_HOST` | 0 | 1 registers host memory even when the provider does not need it (as if `FI_MR_LOCAL`; exercises EFA's registration path on tcp/shm) |
 //!
 //! `FI_PROVIDER`, `FI_TCP_IFACE`, `FI_LOG_LEVEL`, … are read by libfabric itself.
 
@@ -34,6 +35,8 @@ pub struct Config {
     pub liveness_proc: bool,
     /// Registration cache on/off.
     pub mr_cache: bool,
+    /// Register host memory even without `FI_MR_LOCAL`.
+    pub register_host: bool,
 }
 
 const KNOWN: &[&str] = &[
@@ -44,6 +47,7 @@ const KNOWN: &[&str] = &[
     "CCLKIT_OFI_LIVENESS_MS",
     "CCLKIT_OFI_LIVENESS_PROC",
     "CCLKIT_OFI_MR_CACHE",
+    "CCLKIT_OFI_REGISTER_HOST",
 ];
 
 fn list(value: &str) -> Option<Vec<String>> {
@@ -82,14 +86,15 @@ impl Config {
             Some(v) => number("CCLKIT_OFI_LIVENESS_MS", &v, 0..=3_600_000)?,
             None => 1000,
         };
-        let flag = |name: &str| -> Result<bool> {
+        let flag = |name: &str, default: bool| -> Result<bool> {
             match get(name) {
                 Some(v) => Ok(number(name, &v, 0..=1)? == 1),
-                None => Ok(true),
+                None => Ok(default),
             }
         };
-        let mr_cache = flag("CCLKIT_OFI_MR_CACHE")?;
-        let liveness_proc = flag("CCLKIT_OFI_LIVENESS_PROC")?;
+        let mr_cache = flag("CCLKIT_OFI_MR_CACHE", true)?;
+        let liveness_proc = flag("CCLKIT_OFI_LIVENESS_PROC", true)?;
+        let register_host = flag("CCLKIT_OFI_REGISTER_HOST", false)?;
         Ok(Self {
             providers: get("CCLKIT_OFI_PROVIDER").as_deref().and_then(list),
             ifaces: get("CCLKIT_OFI_IFACE").as_deref().and_then(list),
@@ -100,6 +105,7 @@ impl Config {
             liveness_ms,
             liveness_proc,
             mr_cache,
+            register_host,
         })
     }
 
@@ -137,6 +143,7 @@ mod tests {
         assert_eq!(c.liveness_ms, 1000);
         assert!(c.mr_cache);
         assert!(c.liveness_proc);
+        assert!(!c.register_host);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::engine::{Engine, Liveness};
 use crate::fabric::{Av, Cq, Domain, Endpoint, Fabric};
 use crate::mr::MrCache;
 use crate::proto::provider_fingerprint;
+use crate::sys;
 
 /// One NCCL device with its open endpoint, shared by every comm on it.
 pub struct Device {
@@ -59,7 +60,15 @@ impl Device {
             cq,
             av,
             domain,
-            MrCache::new(desc.mr_mode, cfg.mr_cache),
+            MrCache::new(
+                desc.mr_mode
+                    | if cfg.register_host {
+                        sys::FI_MR_LOCAL
+                    } else {
+                        0
+                    },
+                cfg.mr_cache,
+            ),
             desc.layout,
             liveness,
         )?;

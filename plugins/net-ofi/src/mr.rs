@@ -227,3 +227,91 @@ impl MrCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{Av, Cq, Fabric, Hints, getinfo};
+
+    /// A real shm domain and endpoint (always available with Debian's libfabric).
+    fn shm() -> (Arc<Domain>, Endpoint) {
+        let mut h = Hints::new().unwrap();
+        h.caps(sys::FI_TAGGED as u64)
+            .mode(sys::FI_CONTEXT | sys::FI_CONTEXT2)
+            .ep_type(sys::FI_EP_RDM);
+        h.provider("shm").unwrap();
+        let list = getinfo(None, None, 0, &h).unwrap();
+        let info = list.iter().next().expect("shm provider");
+        let fabric = Fabric::open(info).unwrap();
+        let domain = Domain::open(&fabric, info).unwrap();
+        let cq = Cq::open(&domain).unwrap();
+        let av = Av::open(&domain).unwrap();
+        let ep = Endpoint::open(&domain, info, &cq, &av).unwrap();
+        (domain, ep)
+    }
+
+    #[test]
+    fn cache_reuses_a_covering_registration() {
+        let (d, ep) = shm();
+        let page = page_size();
+        let mut c = MrCache::new(sys::FI_MR_LOCAL, true);
+        let buf = vec![0u8; 3 * page];
+        let base = buf.as_ptr() as usize;
+        let other = vec![0u8; 2 * page];
+        // SAFETY: the buffers outlive every registration below.
+        unsafe {
+            let a = c
+                .acquire(&d, &ep, base + 10, 100, MemIface::System)
+                .unwrap();
+            let b = c.acquire(&d, &ep, base + 50, 20, MemIface::System).unwrap();
+            assert_eq!(a, b, "a sub-range of a registration is a cache hit");
+            assert_ne!(a.id, 0);
+            assert_eq!(c.len(), 1);
+            let o = c
+                .acquire(
+                    &d,
+                    &ep,
+                    other.as_ptr() as usize,
+                    other.len(),
+                    MemIface::System,
+                )
+                .unwrap();
+            assert_ne!(o.id, a.id);
+            assert_eq!(c.len(), 2);
+            c.release(a.id);
+            assert_eq!(c.len(), 2, "one reference is left");
+            c.release(b.id);
+            assert_eq!(c.len(), 1);
+            c.release(o.id);
+            assert!(c.is_empty());
+        }
+    }
+
+    #[test]
+    fn without_cache_every_call_registers() {
+        let (d, ep) = shm();
+        let mut c = MrCache::new(sys::FI_MR_LOCAL, false);
+        let buf = vec![0u8; 4096];
+        let p = buf.as_ptr() as usize;
+        // SAFETY: `buf` outlives the registrations.
+        unsafe {
+            let a = c.acquire(&d, &ep, p, 4096, MemIface::System).unwrap();
+            let b = c.acquire(&d, &ep, p, 4096, MemIface::System).unwrap();
+            assert_ne!(a.id, b.id);
+            c.release(a.id);
+            c.release(b.id);
+        }
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn host_memory_is_not_registered_without_mr_local() {
+        let (d, ep) = shm();
+        let mut c = MrCache::new(sys::FI_MR_VIRT_ADDR, true);
+        let buf = [0u8; 64];
+        // SAFETY: nothing is registered.
+        let r = unsafe { c.acquire(&d, &ep, buf.as_ptr() as usize, 64, MemIface::System) }.unwrap();
+        assert_eq!(r, MrRef { id: 0, desc: 0 });
+        assert!(c.is_empty());
+    }
+}

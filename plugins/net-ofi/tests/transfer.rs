@@ -10,8 +10,13 @@ use std::time::Duration;
 use common::{pair, provider_env};
 
 fn transfer(provider: &str, abi: &str) {
+    transfer_with(provider, abi, &[]);
+}
+
+fn transfer_with(provider: &str, abi: &str, extra: &[(&'static str, &str)]) {
     let seed = rand::random::<u32>().to_string();
-    let env = provider_env(provider);
+    let mut env = provider_env(provider);
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
     let (s, r) = pair(
         ("sender", &["transfer", abi, "send", &seed, "3"]),
         ("receiver", &["transfer", abi, "recv", &seed, "3"]),
@@ -47,4 +52,23 @@ fn shm_v12() {
 #[test]
 fn shm_v8() {
     transfer("shm", "8");
+}
+
+// tcp;ofi_rxm and shm need no registration; these runs register every buffer
+// anyway (with requested keys, as without FI_MR_PROV_KEY), the path EFA takes.
+#[test]
+fn tcp_v12_registered() {
+    transfer_with("tcp;ofi_rxm", "12", &[("CCLKIT_OFI_REGISTER_HOST", "1")]);
+}
+
+#[test]
+fn shm_v8_registered_without_cache() {
+    transfer_with(
+        "shm",
+        "8",
+        &[
+            ("CCLKIT_OFI_REGISTER_HOST", "1"),
+            ("CCLKIT_OFI_MR_CACHE", "0"),
+        ],
+    );
 }

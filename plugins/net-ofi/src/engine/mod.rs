@@ -1,0 +1,451 @@
+//! One endpoint per device, shared by every comm on it: posting, progress, and
+//! the bookkeeping of operations in flight.
+//!
+//! Each posted operation owns a [`Slot`] whose first field is the `fi_context2`
+//! libfabric hands back in completions. Slots are boxed (stable addresses) and
+//! recycled with a generation count, so a stale [`OpId`] is never confused with
+//! a new operation. Posts that get `-FI_EAGAIN` wait in a FIFO backlog that every
+//! progress call retries, so `isend`/`irecv` never spin and never lose order.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cclkit_abi::{Result, nccl_warn};
+
+use crate::fabric::{Av, Cq, Domain, Endpoint, FiError};
+use crate::liveness::ProcId;
+use crate::mr::MrCache;
+use crate::sys;
+use crate::tags::TagLayout;
+
+mod conns;
+mod ctrl;
+mod progress;
+
+pub use conns::Conn;
+use conns::Ids;
+
+/// Identifies one posted operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpId {
+    idx: u32,
+    generation: u32,
+}
+
+/// What a caller learns about an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poll {
+    /// Not complete yet.
+    Pending,
+    /// Complete; bytes transferred.
+    Done(usize),
+    /// Failed, with the message to report.
+    Failed(String),
+}
+
+#[derive(Debug)]
+enum State {
+    Free,
+    Backlogged,
+    Posted,
+    Done(usize),
+    Failed(String),
+}
+
+/// Who handles the completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// A request or comm polls it.
+    Caller,
+    /// Its owner is gone: free on completion.
+    Orphan,
+    /// The device's ping sink: post again on completion.
+    PingSink,
+    /// A liveness ping of a connection.
+    Ping,
+}
+
+/// Why an operation failed: the libfabric code and the message to report.
+struct Failure {
+    code: i32,
+    msg: String,
+}
+
+impl From<FiError> for Failure {
+    fn from(e: FiError) -> Self {
+        Self {
+            code: e.code,
+            msg: e.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Post {
+    Send {
+        buf: usize,
+        len: usize,
+        desc: usize,
+        dest: u64,
+        tag: u64,
+    },
+    Recv {
+        buf: usize,
+        len: usize,
+        desc: usize,
+        tag: u64,
+        ignore: u64,
+    },
+}
+
+/// Per-operation state; `ctx` must stay the first field (completions return its address).
+#[repr(C)]
+struct Slot {
+    ctx: sys::fi_context2,
+    idx: u32,
+    generation: u32,
+    state: State,
+    owner: Owner,
+    recv: bool,
+    conn: Option<u64>,
+    /// Buffer owned by the operation itself (control messages).
+    buf: Option<Box<[u8]>>,
+    /// Registration of `buf` (0 = none), released with the slot.
+    mr: u64,
+}
+
+/// How waiting comms check their peer (see `liveness.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    /// Time without completions before a check; `None` = never check.
+    pub interval: Option<Duration>,
+    /// Look same-host peers up in `/proc`.
+    pub proc_check: bool,
+}
+
+/// Everything behind a device's lock. Field order is drop order: the endpoint
+/// closes first, while the slots its operations point to still exist.
+pub struct Engine {
+    /// The endpoint (also keeps the CQ, AV and domain open).
+    pub ep: Endpoint,
+    cq: Arc<Cq>,
+    av: Arc<Av>,
+    /// The domain, for registrations.
+    pub domain: Arc<Domain>,
+    /// Registrations of this domain.
+    pub mrs: MrCache,
+    /// Boxed: libfabric holds each slot's address while the Vec may grow.
+    #[allow(clippy::vec_box)]
+    slots: Vec<Box<Slot>>,
+    free: Vec<u32>,
+    backlog: VecDeque<(OpId, Post)>,
+    peers: HashMap<Vec<u8>, u64>,
+    conns: HashMap<u64, Conn>,
+    next_conn: u64,
+    ctrl_ids: Ids,
+    data_ids: Ids,
+    layout: TagLayout,
+    me: ProcId,
+    liveness: Option<Duration>,
+    liveness_proc: bool,
+}
+
+// SAFETY: the raw pointers inside (libfabric's scratch in `fi_context2`, buffer
+// addresses kept as integers for deferred posts) are never dereferenced by Rust;
+// the libfabric objects were opened FI_THREAD_SAFE. All access goes through the
+// device's Mutex.
+unsafe impl Send for Engine {}
+
+impl Engine {
+    /// An engine over an opened endpoint; posts the device's ping sink.
+    pub fn new(
+        ep: Endpoint,
+        cq: Arc<Cq>,
+        av: Arc<Av>,
+        domain: Arc<Domain>,
+        mrs: MrCache,
+        layout: TagLayout,
+        liveness: Liveness,
+    ) -> Result<Self> {
+        let mut e = Self {
+            ep,
+            cq,
+            av,
+            domain,
+            mrs,
+            slots: Vec::new(),
+            free: Vec::new(),
+            backlog: VecDeque::new(),
+            peers: HashMap::new(),
+            conns: HashMap::new(),
+            next_conn: 1,
+            ctrl_ids: Ids::default(),
+            data_ids: Ids::default(),
+            layout,
+            me: ProcId::current(),
+            liveness: liveness.interval,
+            liveness_proc: liveness.proc_check,
+        };
+        e.post_ping_sink()?;
+        Ok(e)
+    }
+
+    /// The tag layout of this endpoint.
+    pub fn layout(&self) -> TagLayout {
+        self.layout
+    }
+
+    /// This process's identity.
+    pub fn me(&self) -> ProcId {
+        self.me
+    }
+
+    fn alloc(
+        &mut self,
+        owner: Owner,
+        recv: bool,
+        conn: Option<u64>,
+        buf: Option<Box<[u8]>>,
+    ) -> OpId {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len() as u32;
+                self.slots.push(Box::new(Slot {
+                    ctx: sys::fi_context2::default(),
+                    idx: i,
+                    generation: 0,
+                    state: State::Free,
+                    owner: Owner::Orphan,
+                    recv: false,
+                    conn: None,
+                    buf: None,
+                    mr: 0,
+                }));
+                i
+            }
+        };
+        let s = &mut self.slots[idx as usize];
+        s.ctx = sys::fi_context2::default();
+        s.state = State::Backlogged;
+        s.owner = owner;
+        s.recv = recv;
+        s.conn = conn;
+        s.buf = buf;
+        s.mr = 0;
+        if let (true, Some(c)) = (recv, conn.and_then(|k| self.conns.get_mut(&k))) {
+            c.recvs += 1;
+        }
+        OpId {
+            idx,
+            generation: s.generation,
+        }
+    }
+
+    fn slot(&self, op: OpId) -> Option<&Slot> {
+        self.slots
+            .get(op.idx as usize)
+            .map(|s| &**s)
+            .filter(|s| s.generation == op.generation && !matches!(s.state, State::Free))
+    }
+
+    fn slot_mut(&mut self, op: OpId) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(op.idx as usize)
+            .map(|s| &mut **s)
+            .filter(|s| s.generation == op.generation && !matches!(s.state, State::Free))
+    }
+
+    fn release(&mut self, idx: u32) {
+        let s = &mut self.slots[idx as usize];
+        if matches!(s.state, State::Free) {
+            return;
+        }
+        let (recv, conn, mr) = (s.recv, s.conn, s.mr);
+        s.state = State::Free;
+        s.buf = None;
+        s.mr = 0;
+        self.mrs.release(mr);
+        s.generation = s.generation.wrapping_add(1);
+        self.free.push(idx);
+        if recv {
+            if let Some(key) = conn {
+                let retire = match self.conns.get_mut(&key) {
+                    Some(c) => {
+                        c.recvs = c.recvs.saturating_sub(1);
+                        c.closing && c.recvs == 0
+                    }
+                    None => false,
+                };
+                if retire {
+                    self.retire(key);
+                }
+            }
+        }
+    }
+
+    /// Tries one post. `Ok(false)` = `-FI_EAGAIN`.
+    fn try_post(&mut self, op: OpId, post: Post) -> std::result::Result<bool, FiError> {
+        let ctx: *mut sys::fi_context2 = &mut self.slots[op.idx as usize].ctx;
+        // SAFETY: `ctx` lives in a boxed slot that is not freed before its
+        // completion is read (or the endpoint is closed, see field order). Data
+        // buffers are NCCL's, valid until the request completes; control buffers
+        // are owned by the slot. Descriptors come from live registrations.
+        let r = unsafe {
+            match post {
+                Post::Send {
+                    buf,
+                    len,
+                    desc,
+                    dest,
+                    tag,
+                } => self.ep.tsend(
+                    buf as *const c_void,
+                    len,
+                    desc as *mut c_void,
+                    dest,
+                    tag,
+                    ctx,
+                ),
+                Post::Recv {
+                    buf,
+                    len,
+                    desc,
+                    tag,
+                    ignore,
+                } => self.ep.trecv(
+                    buf as *mut c_void,
+                    len,
+                    desc as *mut c_void,
+                    tag,
+                    ignore,
+                    ctx,
+                ),
+            }
+        };
+        match r {
+            Ok(()) => {
+                self.slots[op.idx as usize].state = State::Posted;
+                Ok(true)
+            }
+            Err(e) if e.is_again() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn submit(&mut self, op: OpId, post: Post) -> Result<OpId> {
+        if self.backlog.is_empty() {
+            let posted = match self.try_post(op, post) {
+                Ok(false) => {
+                    // The provider's queue is full: reap completions, retry once.
+                    self.read_cq();
+                    self.try_post(op, post)
+                }
+                other => other,
+            };
+            match posted {
+                Ok(true) => return Ok(op),
+                Ok(false) => {}
+                Err(e) => {
+                    self.release(op.idx);
+                    return Err(e.into());
+                }
+            }
+        }
+        self.backlog.push_back((op, post));
+        Ok(op)
+    }
+
+    /// Posts a tagged send of NCCL memory.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for `len` bytes until the operation completes or is
+    /// abandoned; `desc` must be NULL or a live registration covering it.
+    pub unsafe fn send(
+        &mut self,
+        conn: u64,
+        buf: *const u8,
+        len: usize,
+        desc: usize,
+        tag: u64,
+    ) -> Result<OpId> {
+        let dest = self.conn(conn)?.peer;
+        let op = self.alloc(Owner::Caller, false, Some(conn), None);
+        self.submit(
+            op,
+            Post::Send {
+                buf: buf as usize,
+                len,
+                desc,
+                dest,
+                tag,
+            },
+        )
+    }
+
+    /// Posts a tagged receive into NCCL memory.
+    ///
+    /// # Safety
+    /// As [`Engine::send`], for writes.
+    pub unsafe fn recv(
+        &mut self,
+        conn: u64,
+        buf: *mut u8,
+        len: usize,
+        desc: usize,
+        tag: u64,
+    ) -> Result<OpId> {
+        let op = self.alloc(Owner::Caller, true, Some(conn), None);
+        self.submit(
+            op,
+            Post::Recv {
+                buf: buf as usize,
+                len,
+                desc,
+                tag,
+                ignore: 0,
+            },
+        )
+    }
+
+    /// State of `op` (an unknown id reads as failed).
+    pub fn poll(&self, op: OpId) -> Poll {
+        match self.slot(op).map(|s| &s.state) {
+            Some(State::Done(n)) => Poll::Done(*n),
+            Some(State::Failed(m)) => Poll::Failed(m.clone()),
+            Some(_) => Poll::Pending,
+            None => Poll::Failed("operation handle is stale".into()),
+        }
+    }
+
+    /// Takes the owned buffer of a completed control operation.
+    pub fn take_buf(&mut self, op: OpId) -> Option<Box<[u8]>> {
+        self.slot_mut(op).and_then(|s| s.buf.take())
+    }
+
+    /// Releases a completed operation, or gives up on one still in flight
+    /// (a posted receive is cancelled; a send completes unobserved).
+    pub fn finish(&mut self, op: OpId) {
+        let Some(s) = self.slot_mut(op) else { return };
+        match s.state {
+            State::Done(_) | State::Failed(_) => self.release(op.idx),
+            State::Backlogged => {
+                self.backlog.retain(|(o, _)| *o != op);
+                self.release(op.idx);
+            }
+            State::Posted => {
+                s.owner = Owner::Orphan;
+                if s.recv {
+                    let ctx: *mut sys::fi_context2 = &mut s.ctx;
+                    // SAFETY: the operation is posted on this endpoint and not completed.
+                    if let Err(e) = unsafe { self.ep.cancel(ctx) } {
+                        nccl_warn!("NET/OFI: {e}");
+                    }
+                }
+            }
+            State::Free => {}
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Progress: reading completions (and error completions) and retrying the
+//! backlog of posts that got `-FI_EAGAIN`.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use cclkit_abi::nccl_warn;
+
+use super::{Engine, Failure, Owner, Slot, State};
+use crate::sys;
+
+const CQ_BATCH: usize = 16;
+/// Bounds one progress call so a flood of completions cannot stall the caller.
+const MAX_BATCHES: usize = 64;
+
+impl Engine {
+    /// Reads completions and retries backlogged posts.
+    pub fn progress(&mut self) {
+        self.read_cq();
+        while let Some(&(op, post)) = self.backlog.front() {
+            match self.try_post(op, post) {
+                Ok(true) => {
+                    self.backlog.pop_front();
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    self.backlog.pop_front();
+                    self.complete(op.idx, Err(e.into()));
+                }
+            }
+        }
+    }
+
+    pub(super) fn read_cq(&mut self) {
+        let mut entries = [sys::fi_cq_tagged_entry::default(); CQ_BATCH];
+        for _ in 0..MAX_BATCHES {
+            match self.cq.read(&mut entries) {
+                Ok(n) => {
+                    for e in &entries[..n] {
+                        if let Some(idx) = self.slot_of(e.op_context) {
+                            self.complete(idx, Ok(e.len));
+                        }
+                    }
+                    if n < CQ_BATCH {
+                        return;
+                    }
+                }
+                Err(e) if e.code == sys::FI_EAVAIL as i32 => self.read_errors(),
+                Err(e) => {
+                    nccl_warn!("NET/OFI: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_errors(&mut self) {
+        loop {
+            match self.cq.read_err() {
+                Ok(Some(err)) => {
+                    let Some(idx) = self.slot_of(err.op_context) else {
+                        nccl_warn!(
+                            "NET/OFI: completion error without an operation: {}",
+                            err.to_fi_error("fi_cq_readerr")
+                        );
+                        continue;
+                    };
+                    let recv = self.slots[idx as usize].recv;
+                    let msg = if err.err == sys::FI_ETRUNC as i32 {
+                        format!(
+                            "message truncated: {} bytes arrived for a receive of {} ({})",
+                            err.len + err.olen,
+                            err.len,
+                            err.to_fi_error("fi_trecv")
+                        )
+                    } else {
+                        err.to_fi_error(if recv { "fi_trecv" } else { "fi_tsend" })
+                            .to_string()
+                    };
+                    self.complete(idx, Err(Failure { code: err.err, msg }));
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    nccl_warn!("NET/OFI: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Maps a completion's context back to its slot.
+    fn slot_of(&self, ctx: *mut c_void) -> Option<u32> {
+        if ctx.is_null() {
+            return None;
+        }
+        // SAFETY: every context we post is the first field of a live boxed Slot;
+        // the index is then checked against the slot table before use.
+        let idx = unsafe { (*ctx.cast::<Slot>()).idx };
+        let slot = self.slots.get(idx as usize)?;
+        std::ptr::eq(&**slot as *const Slot as *const c_void, ctx).then_some(idx)
+    }
+
+    fn complete(&mut self, idx: u32, result: std::result::Result<usize, Failure>) {
+        let s = &mut self.slots[idx as usize];
+        let (owner, conn) = (s.owner, s.conn);
+        s.state = match &result {
+            Ok(n) => State::Done(*n),
+            Err(f) => State::Failed(f.msg.clone()),
+        };
+        // Only failed sends and pings say something about the peer; a failed
+        // receive (truncation, cancellation) concerns that request alone.
+        let watched = matches!(owner, Owner::Caller | Owner::Ping);
+        let peer_error = !s.recv;
+        if let Some(c) = conn
+            .and_then(|k| self.conns.get_mut(&k))
+            .filter(|_| watched)
+        {
+            match &result {
+                Ok(_) if owner == Owner::Caller => c.last_progress = Instant::now(),
+                Err(f)
+                    if peer_error && f.code != sys::FI_ECANCELED as i32 && c.failed.is_none() =>
+                {
+                    c.failed = Some(if owner == Owner::Ping {
+                        format!("peer unreachable (liveness ping failed): {}", f.msg)
+                    } else {
+                        f.msg.clone()
+                    });
+                }
+                _ => {}
+            }
+            if owner == Owner::Ping {
+                c.ping = None;
+            }
+        }
+        match owner {
+            Owner::Caller => {}
+            Owner::Orphan | Owner::Ping => self.release(idx),
+            Owner::PingSink => {
+                self.release(idx);
+                if let Err(e) = self.post_ping_sink() {
+                    nccl_warn!("NET/OFI: cannot re-post the ping receive: {e}");
+                }
+            }
+        }
+    }
+}
