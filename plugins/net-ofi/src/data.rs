@@ -72,7 +72,7 @@ fn desc_for(e: &mut Engine, dev: &Device, mr: Option<&OfiMr>, buf: &Buf) -> Resu
         return Ok((0, 0));
     }
     match mr {
-        Some(m) if m.dev.index == dev.index => Ok((m.r.desc, 0)),
+        Some(m) if std::ptr::eq(&*m.dev, dev) => Ok((m.r.desc, 0)),
         _ if e.mrs.host_needs_mr() => {
             let eng = &mut *e;
             // SAFETY: NCCL keeps the buffer allocated until the request completes;

@@ -95,3 +95,17 @@ impl Device {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let e = self.lock();
+        nccl_info!(
+            subsys::NET,
+            "NET/OFI: closing device {} ({}): {} posts waited for -FI_EAGAIN, {} registrations left",
+            self.index,
+            self.name,
+            e.backlogged,
+            e.mrs.len()
+        );
+    }
+}

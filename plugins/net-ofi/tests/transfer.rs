@@ -10,10 +10,15 @@ use std::time::Duration;
 use common::{pair, provider_env};
 
 fn transfer(provider: &str, abi: &str) {
-    transfer_with(provider, abi, &[]);
+    transfer_with(provider, abi, &[], None);
 }
 
-fn transfer_with(provider: &str, abi: &str, extra: &[(&'static str, &str)]) {
+fn transfer_with(
+    provider: &str,
+    abi: &str,
+    extra: &[(&'static str, &str)],
+    check: Option<fn(&[String; 2])>,
+) {
     let seed = rand::random::<u32>().to_string();
     let mut env = provider_env(provider);
     env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
@@ -30,8 +35,10 @@ fn transfer_with(provider: &str, abi: &str, extra: &[(&'static str, &str)]) {
         dev.contains("maxRecvs 8"),
         "grouped receives were not exercised: {dev}"
     );
-    r.finish(t);
-    s.finish(t);
+    let logs = [r.finish(t), s.finish(t)];
+    if let Some(check) = check {
+        check(&logs);
+    }
 }
 
 #[test]
@@ -58,7 +65,12 @@ fn shm_v8() {
 // anyway (with requested keys, as without FI_MR_PROV_KEY), the path EFA takes.
 #[test]
 fn tcp_v12_registered() {
-    transfer_with("tcp;ofi_rxm", "12", &[("CCLKIT_OFI_REGISTER_HOST", "1")]);
+    transfer_with(
+        "tcp;ofi_rxm",
+        "12",
+        &[("CCLKIT_OFI_REGISTER_HOST", "1")],
+        None,
+    );
 }
 
 #[test]
@@ -70,5 +82,32 @@ fn shm_v8_registered_without_cache() {
             ("CCLKIT_OFI_REGISTER_HOST", "1"),
             ("CCLKIT_OFI_MR_CACHE", "0"),
         ],
+        None,
+    );
+}
+
+/// Tiny provider queues (4 entries under 32 requests in flight) make posts fail
+/// with -FI_EAGAIN; they must wait in the backlog and still arrive intact.
+#[test]
+fn tcp_v12_full_queues() {
+    transfer_with(
+        "tcp;ofi_rxm",
+        "12",
+        &[
+            ("FI_OFI_RXM_TX_SIZE", "4"),
+            ("FI_OFI_RXM_RX_SIZE", "4"),
+            ("NCCL_DEBUG", "INFO"),
+        ],
+        Some(|logs| {
+            let waited: u64 = logs
+                .iter()
+                .flat_map(|l| l.lines())
+                .filter_map(|l| {
+                    let head = &l[..l.find(" posts waited for -FI_EAGAIN")?];
+                    head.rsplit(' ').next()?.parse::<u64>().ok()
+                })
+                .sum();
+            assert!(waited > 0, "no post hit -FI_EAGAIN:\n{}", logs.join("\n"));
+        }),
     );
 }

@@ -141,6 +141,8 @@ pub struct Engine {
     slots: Vec<Box<Slot>>,
     free: Vec<u32>,
     backlog: VecDeque<(OpId, Post)>,
+    /// Posts that had to wait in the backlog (reported when the device closes).
+    pub backlogged: u64,
     peers: HashMap<Vec<u8>, u64>,
     conns: HashMap<u64, Conn>,
     next_conn: u64,
@@ -178,6 +180,7 @@ impl Engine {
             slots: Vec::new(),
             free: Vec::new(),
             backlog: VecDeque::new(),
+            backlogged: 0,
             peers: HashMap::new(),
             conns: HashMap::new(),
             next_conn: 1,
@@ -335,17 +338,13 @@ impl Engine {
         }
     }
 
+    /// Posts now, or queues behind earlier posts: on `-FI_EAGAIN` the operation
+    /// waits in the backlog, which every `progress` (each `test`) retries after
+    /// reading completions. Never reads the CQ itself, so it is safe to call while
+    /// completions are being handled (the ping sink re-posts from there).
     fn submit(&mut self, op: OpId, post: Post) -> Result<OpId> {
         if self.backlog.is_empty() {
-            let posted = match self.try_post(op, post) {
-                Ok(false) => {
-                    // The provider's queue is full: reap completions, retry once.
-                    self.read_cq();
-                    self.try_post(op, post)
-                }
-                other => other,
-            };
-            match posted {
+            match self.try_post(op, post) {
                 Ok(true) => return Ok(op),
                 Ok(false) => {}
                 Err(e) => {
@@ -354,6 +353,7 @@ impl Engine {
                 }
             }
         }
+        self.backlogged += 1;
         self.backlog.push_back((op, post));
         Ok(op)
     }

@@ -31,7 +31,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn read_cq(&mut self) {
+    fn read_cq(&mut self) {
         let mut entries = [sys::fi_cq_tagged_entry::default(); CQ_BATCH];
         for _ in 0..MAX_BATCHES {
             match self.cq.read(&mut entries) {
