@@ -9,6 +9,7 @@
 //! | `CCLKIT_OFI_LIVENESS_MS` | 1000 | idle time before a waiting comm checks its peer; 0 disables |
 //! | `CCLKIT_OFI_LIVENESS_PROC` | 1 | 0 skips the same-host `/proc` check (then only pings detect a dead peer) |
 //! | `CCLKIT_OFI_MR_CACHE` | 1 | 0 disables the registration cache |
+//! | `CCLKIT_OFI_GDR` | 1 | 0 reports host memory only even when the provider has `FI_HMEM` (escape hatch for a libfabric built without CUDA support) |
 //! | `CCLKIT_OFI_REGISTER_HOST` | 0 | 1 registers host memory even when the provider does not need it (as if `FI_MR_LOCAL`; exercises EFA's registration path on tcp/shm) |
 //!
 //! `FI_PROVIDER`, `FI_TCP_IFACE`, `FI_LOG_LEVEL`, … are read by libfabric itself.
@@ -37,6 +38,8 @@ pub struct Config {
     pub mr_cache: bool,
     /// Register host memory even without `FI_MR_LOCAL`.
     pub register_host: bool,
+    /// Offer CUDA/DMABUF when the provider has `FI_HMEM`.
+    pub gdr: bool,
 }
 
 const KNOWN: &[&str] = &[
@@ -48,6 +51,7 @@ const KNOWN: &[&str] = &[
     "CCLKIT_OFI_LIVENESS_PROC",
     "CCLKIT_OFI_MR_CACHE",
     "CCLKIT_OFI_REGISTER_HOST",
+    "CCLKIT_OFI_GDR",
 ];
 
 fn list(value: &str) -> Option<Vec<String>> {
@@ -95,6 +99,7 @@ impl Config {
         let mr_cache = flag("CCLKIT_OFI_MR_CACHE", true)?;
         let liveness_proc = flag("CCLKIT_OFI_LIVENESS_PROC", true)?;
         let register_host = flag("CCLKIT_OFI_REGISTER_HOST", false)?;
+        let gdr = flag("CCLKIT_OFI_GDR", true)?;
         Ok(Self {
             providers: get("CCLKIT_OFI_PROVIDER").as_deref().and_then(list),
             ifaces: get("CCLKIT_OFI_IFACE").as_deref().and_then(list),
@@ -106,6 +111,7 @@ impl Config {
             liveness_proc,
             mr_cache,
             register_host,
+            gdr,
         })
     }
 
@@ -144,6 +150,7 @@ mod tests {
         assert!(c.mr_cache);
         assert!(c.liveness_proc);
         assert!(!c.register_host);
+        assert!(c.gdr);
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl Net for OfiNet {
     fn init(args: &InitArgs) -> Result<Self> {
         let cfg = Config::from_env()?;
         let disc = discover(&cfg)?;
-        let cuda = if disc.devices.iter().any(|d| d.hmem) {
+        let cuda = if cfg.gdr && disc.devices.iter().any(|d| d.hmem) {
             Cuda::load()
         } else {
             None

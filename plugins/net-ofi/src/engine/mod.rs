@@ -1,7 +1,7 @@
 //! One endpoint per device, shared by every comm on it: posting, progress, and
 //! the bookkeeping of operations in flight.
 //!
-//! Each posted operation owns a [`Slot`] whose first field is the `fi_context2`
+//! Each posted operation owns a `Slot` whose first field is the `fi_context2`
 //! libfabric hands back in completions. Slots are boxed (stable addresses) and
 //! recycled with a generation count, so a stale [`OpId`] is never confused with
 //! a new operation. Posts that get `-FI_EAGAIN` wait in a FIFO backlog that every
