@@ -3,7 +3,7 @@
 //! sizes over one socket), between two processes, in one invocation.
 //!
 //! ```text
-//! cargo bench -p cclkit-net-socket --bench socket_bench [-- --quick] [--rounds N]
+//! cargo bench -p cclkit-net-socket --bench socket_bench [-- --quick] [--rounds N] [--latency-only]
 //! ```
 //! The plugin's usual variables apply (`NCCL_SOCKET_NTHREADS`, …); the interface
 //! defaults to `lo`. The driver loop tests every outstanding request and yields the
@@ -12,6 +12,7 @@
 //! Each round measures the plugin and the baseline back to back (alternating which
 //! goes first); the table shows medians over rounds, and the ratio column is the
 //! median of the per-round ratios, which is robust to load drifting on a shared host.
+//! CPU columns count user + system time of both processes (helper threads included).
 
 use std::ffi::{c_int, c_void};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -362,7 +363,9 @@ fn main() {
         tell(&mut to, mine);
         read(&mut from)
     });
-    let sizes: &[usize] = if quick {
+    let sizes: &[usize] = if std::env::args().any(|a| a == "--latency-only") {
+        &[]
+    } else if quick {
         &[1 << 20, 64 << 20]
     } else {
         &[64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
