@@ -114,7 +114,7 @@ fn emit(level: LogLevel, flags: c_ulong, file: Option<&CStr>, line: c_int, bytes
     let text = text.trim_end_matches('\n');
     let file = file.map(CStr::to_string_lossy);
     let file = file.as_deref().unwrap_or("?");
-    let subsys = flags as u64;
+    let subsys: u64 = flags;
     match level {
         LogLevel::WARN | LogLevel::ABORT => {
             remember_warn(text);

@@ -191,9 +191,9 @@ pub fn candidates(kind: PluginKind, flavor: Flavor, value: Option<&str>) -> Vec<
 /// plugin_open.cc: the second attempt is skipped for a relative or absolute path
 /// (contains `/`) and for a full library name (`lib` … `.so`).
 pub fn wants_prefix_form(value: &str) -> bool {
-    !value.is_empty()
-        && !value.contains('/')
-        && !(value.starts_with("lib") && value.len() >= 3 && value.ends_with(".so"))
+    !(value.is_empty()
+        || value.contains('/')
+        || (value.starts_with("lib") && value.ends_with(".so")))
 }
 
 /// Settings that are legal but probably not what the user meant.

@@ -341,7 +341,9 @@ fn steps(attempts: &[Attempt], resolver: &Resolver) -> Vec<Step> {
                 })
                 .collect();
             // The net library was already described in the NET section.
-            let same_as_net = opens_src.iter().any(|o| o.rule == crate::plugin::resolve::Rule::NetLibrary);
+            let same_as_net = opens_src
+                .iter()
+                .any(|o| o.rule == crate::plugin::resolve::Rule::NetLibrary);
             let file = file_path
                 .filter(|_| !same_as_net)
                 .and_then(|p| FileReport::inspect(&p, resolver).ok());
@@ -456,9 +458,16 @@ fn verdict(net: &Section, tuner: &Section, problems: &[String]) -> String {
     } else {
         let more = match problems.len() {
             1 => String::new(),
-            n => format!(" (+{} more problem{})", n - 1, if n == 2 { "" } else { "s" }),
+            n => format!(
+                " (+{} more problem{})",
+                n - 1,
+                if n == 2 { "" } else { "s" }
+            ),
         };
-        let first = problems[0].split(". Reason:").next().unwrap_or(&problems[0]);
+        let first = problems[0]
+            .split(". Reason:")
+            .next()
+            .unwrap_or(&problems[0]);
         format!("PROBLEM: {first}{more}")
     }
 }

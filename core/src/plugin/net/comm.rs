@@ -171,7 +171,7 @@ impl Comm {
 impl Drop for Comm {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
-            tracing::warn!(subsys = cclkit_abi::raw::common::subsys::NET as u64, "{e}");
+            tracing::warn!(subsys = cclkit_abi::raw::common::subsys::NET, "{e}");
         }
     }
 }

@@ -182,20 +182,20 @@ impl NetContext {
         }
         let mut d: c_int = -1;
         let mark = logger::warn_mark();
-        let rc = unsafe {
-            match s.raw.get() {
-                TableRef::V12(t) => t.makeVDevice.map(|f| {
-                    let mut v = ncclNetVDeviceProps_v12_t::default();
-                    v.ndevs = devs.len() as c_int;
-                    v.devs[..devs.len()].copy_from_slice(devs);
-                    // SAFETY: valid out-pointer and a v12 vProps with `ndevs` ≤ 8 entries.
-                    f(&mut d, &mut v)
-                }),
-                TableRef::V9(t) => t.makeVDevice.map(|f| make_v9(f, &mut d, devs)),
-                TableRef::V10(t) => t.makeVDevice.map(|f| make_v9(f, &mut d, devs)),
-                TableRef::V11(t) => t.makeVDevice.map(|f| make_v9(f, &mut d, devs)),
-                _ => None,
-            }
+        let rc = match s.raw.get() {
+            TableRef::V12(t) => t.makeVDevice.map(|f| {
+                let mut v = ncclNetVDeviceProps_v12_t {
+                    ndevs: devs.len() as c_int,
+                    ..Default::default()
+                };
+                v.devs[..devs.len()].copy_from_slice(devs);
+                // SAFETY: valid out-pointer and a v12 vProps with `ndevs` ≤ 8 entries.
+                unsafe { f(&mut d, &mut v) }
+            }),
+            TableRef::V9(t) => t.makeVDevice.map(|f| make_v9(f, &mut d, devs)),
+            TableRef::V10(t) => t.makeVDevice.map(|f| make_v9(f, &mut d, devs)),
+            TableRef::V11(t) => t.makeVDevice.map(|f| make_v9(f, &mut d, devs)),
+            _ => None,
         };
         let Some(rc) = rc else { return Ok(None) };
         s.check("makeVDevice", mark, rc)?;
@@ -220,8 +220,10 @@ type MakeV9 = unsafe extern "C" fn(
 ) -> cclkit_abi::raw::common::NcclResult;
 
 fn make_v9(f: MakeV9, d: &mut c_int, devs: &[i32]) -> cclkit_abi::raw::common::NcclResult {
-    let mut v = ncclNetVDeviceProps_v9_t::default();
-    v.ndevs = devs.len() as c_int;
+    let mut v = ncclNetVDeviceProps_v9_t {
+        ndevs: devs.len() as c_int,
+        ..Default::default()
+    };
     v.devs[..devs.len()].copy_from_slice(devs);
     // SAFETY: valid out-pointer and a v9 vProps with `ndevs` ≤ 4 entries (checked).
     unsafe { f(d, &mut v) }
@@ -233,8 +235,8 @@ fn legacy_acquire(plugin: &NetPlugin, init: Init) -> Result<(), NetError> {
     let mut refs = s.legacy_refs.lock().unwrap_or_else(|p| p.into_inner());
     if *refs == 0 {
         let mark = logger::warn_mark();
-        // SAFETY: pre-v11 `init(logger[, profiler])`; the profiler may be NULL.
         let rc = match init {
+            // SAFETY: pre-v11 `init(logger[, profiler])`; the profiler may be NULL.
             Init::V6(f) => unsafe { f(logger::logger()) },
             // SAFETY: as above.
             Init::V10(f) => unsafe { f(logger::logger(), None) },
@@ -281,7 +283,7 @@ impl CtxInner {
 impl Drop for CtxInner {
     fn drop(&mut self) {
         if let Err(e) = self.finalize() {
-            tracing::warn!(subsys = cclkit_abi::raw::common::subsys::NET as u64, "{e}");
+            tracing::warn!(subsys = cclkit_abi::raw::common::subsys::NET, "{e}");
         }
     }
 }

@@ -161,25 +161,29 @@ fn report(kind: PluginKind, err: &LoadError, next: &str) {
     }
 }
 
-/// Builds a [`LoadError`] for a cause found after the library opened.
-fn load_error(
+/// Where a plugin came from: the context of a [`LoadError`] found after it opened.
+struct Origin<'a> {
     kind: PluginKind,
-    entry: &str,
-    opens: &[OpenAttempt],
+    entry: &'a str,
+    opens: &'a [OpenAttempt],
     path: Option<String>,
     rule: Option<Rule>,
     at: Option<(String, u32)>,
     name: Option<String>,
-    cause: Cause,
-) -> LoadError {
-    let mut e = LoadError::new(kind, entry, cause);
-    e.opens = opens.to_vec();
-    e.path = path;
-    e.rule = rule;
-    if let Some((s, v)) = at {
-        e.symbol = Some(s);
-        e.version = Some(v);
+}
+
+impl Origin<'_> {
+    /// The error for `cause`, with everything known about the plugin.
+    fn error(&self, cause: Cause) -> LoadError {
+        let mut e = LoadError::new(self.kind, self.entry, cause);
+        e.opens = self.opens.to_vec();
+        e.path = self.path.clone();
+        e.rule = self.rule;
+        if let Some((s, v)) = &self.at {
+            e.symbol = Some(s.clone());
+            e.version = Some(*v);
+        }
+        e.plugin_name = self.name.clone();
+        e
     }
-    e.plugin_name = name;
-    e
 }

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::{Attempt, Chosen, Outcome, SelectError, load_error, report};
+use super::{Attempt, Chosen, Origin, Outcome, SelectError, report};
 use crate::plugin::config::{LoaderConfig, PluginKind};
 use crate::plugin::error::{Cause, LoadError, OpenAttempt};
 use crate::plugin::net::{CommConfig, NetContext, NetPlugin, NetShared};
@@ -45,6 +45,9 @@ enum State {
     /// Another external plugin was selected: never used in this process.
     Disabled { winner: String },
 }
+
+/// A usable plugin with the `dlopen` attempts and rule that produced it.
+type Loaded = (NetPlugin, Vec<OpenAttempt>, Rule);
 
 /// The outcome of a successful walk.
 pub struct NetSelection {
@@ -152,16 +155,16 @@ impl NetRegistry {
                 .map(|p| p.display().to_string());
             let at = Some((plugin.symbol().to_owned(), plugin.version()));
             let err = |cause| {
-                load_error(
-                    PluginKind::Net,
-                    &label,
-                    &opens,
-                    path.clone(),
-                    Some(rule),
-                    at.clone(),
-                    Some(plugin.name().to_owned()),
-                    cause,
-                )
+                Origin {
+                    kind: PluginKind::Net,
+                    entry: &label,
+                    opens: &opens,
+                    path: path.clone(),
+                    rule: Some(rule),
+                    at: at.clone(),
+                    name: Some(plugin.name().to_owned()),
+                }
+                .error(cause)
             };
             if let Some(wanted) = &self.config.net_name
                 && !name_matches(&plugin, wanted)
@@ -234,10 +237,7 @@ impl NetRegistry {
 
     /// The slot's plugin, loading it if needed: `Ok(None)` for a sticky failure or a
     /// disabled slot, `Err` when loading fails now.
-    fn loaded(
-        &self,
-        slot: &mut Slot,
-    ) -> Result<Option<(NetPlugin, Vec<OpenAttempt>, Rule)>, LoadError> {
+    fn loaded(&self, slot: &mut Slot) -> Result<Option<Loaded>, LoadError> {
         match &slot.state {
             State::Builtin(p) => return Ok(Some((p.clone(), Vec::new(), Rule::Builtin))),
             State::Failed(_) | State::Disabled { .. } => return Ok(None),
@@ -276,16 +276,16 @@ impl NetRegistry {
                 };
                 Ok(Some((plugin, opened.opens, opened.rule)))
             }
-            Err((cause, at)) => Err(load_error(
-                PluginKind::Net,
-                &slot.label,
-                &opened.opens,
+            Err((cause, at)) => Err(Origin {
+                kind: PluginKind::Net,
+                entry: &slot.label,
+                opens: &opened.opens,
                 path,
-                Some(opened.rule),
+                rule: Some(opened.rule),
                 at,
-                None,
-                cause,
-            )),
+                name: None,
+            }
+            .error(cause)),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::{Attempt, Chosen, Outcome, SelectError, load_error, report};
+use super::{Attempt, Chosen, Origin, Outcome, SelectError, report};
 use crate::plugin::config::{LoaderConfig, PluginKind};
 use crate::plugin::error::{Cause, LoadError, OpenAttempt, OpenOutcome};
 use crate::plugin::net::NetPlugin;
@@ -35,6 +35,9 @@ enum State {
         failure: bool,
     },
 }
+
+/// A usable tuner with its label, `dlopen` attempts and rule.
+type Found = (TunerPlugin, String, Vec<OpenAttempt>, Rule);
 
 /// The outcome of a tuner walk for one communicator.
 pub struct TunerSelection {
@@ -131,16 +134,16 @@ impl TunerRegistry {
                 })
             }
             Err(e) => {
-                let err = load_error(
-                    PluginKind::Tuner,
-                    &label,
-                    &opens,
+                let err = Origin {
+                    kind: PluginKind::Tuner,
+                    entry: &label,
+                    opens: &opens,
                     path,
-                    Some(rule),
-                    Some((plugin.symbol().to_owned(), plugin.version())),
-                    Some(plugin.name().to_owned()),
-                    Cause::Call(Box::new(e)),
-                );
+                    rule: Some(rule),
+                    at: Some((plugin.symbol().to_owned(), plugin.version())),
+                    name: Some(plugin.name().to_owned()),
+                }
+                .error(Cause::Call(Box::new(e)));
                 report(PluginKind::Tuner, &err, BUILTIN_MODEL);
                 attempts.push(Attempt {
                     label,
@@ -156,13 +159,12 @@ impl TunerRegistry {
     }
 
     /// The loaded tuner, loading it if needed; records every step in `attempts`.
-    #[allow(clippy::type_complexity)]
     fn find(
         &self,
         state: &mut State,
         net: Option<&NetPlugin>,
         attempts: &mut Vec<Attempt>,
-    ) -> Option<(TunerPlugin, String, Vec<OpenAttempt>, Rule)> {
+    ) -> Option<Found> {
         let value = self.config.tuner_plugin.as_deref();
         let label = entry_label(PluginKind::Tuner, self.config.flavor, value);
         if value.is_some_and(resolve::is_none) {
@@ -232,7 +234,7 @@ impl TunerRegistry {
         label: &str,
         net: Option<&NetPlugin>,
         attempts: &mut Vec<Attempt>,
-    ) -> Option<(TunerPlugin, String, Vec<OpenAttempt>, Rule)> {
+    ) -> Option<Found> {
         let next = BUILTIN_MODEL;
         let (library, opens, rule, label) =
             match open_entry(PluginKind::Tuner, self.config.flavor, value) {
@@ -277,16 +279,16 @@ impl TunerRegistry {
             Err((cause, at)) => {
                 // A net library without tuner symbols is the ordinary case, not a failure.
                 let ordinary = rule == Rule::NetLibrary && matches!(cause, Cause::NoSymbol { .. });
-                let e = load_error(
-                    PluginKind::Tuner,
-                    &label,
-                    &opens,
+                let e = Origin {
+                    kind: PluginKind::Tuner,
+                    entry: &label,
+                    opens: &opens,
                     path,
-                    Some(rule),
+                    rule: Some(rule),
                     at,
-                    None,
-                    cause,
-                );
+                    name: None,
+                }
+                .error(cause);
                 if ordinary {
                     tracing::info!(
                         subsys = cclkit_abi::raw::common::subsys::TUNING,
