@@ -1,23 +1,78 @@
 //! memcpy of 64 MiB against the sum of two 64 MiB arrays (f32, f16, bf16,
-//! fp8 e4m3), single thread, in one run; then the same at 256 KiB, where the
-//! arrays stay in L2 (the size of a ring chunk), which shows the kernels'
-//! compute speed rather than DRAM's.
+//! fp8 e4m3 and e5m2), single thread, in one run; then the same at 256 KiB,
+//! where the arrays stay in L2 (the size of a ring chunk), which shows the
+//! kernels' compute speed rather than DRAM's.
 //!
 //! Bandwidth is counted the STREAM way: bytes the kernel must read plus bytes
-//! it must write (copy: 2 × 64 MiB; sum: 3 × 64 MiB), no write-allocate
-//! traffic. After criterion's report the bench prints each kernel's
-//! bandwidth as a fraction of memcpy's, from criterion's own estimates.
+//! it must write (copy: 2 × size; sum: 3 × size), no write-allocate traffic.
+//!
+//! Each size runs twice: timed by the wall clock (groups `host_<size>`), and
+//! by the thread's CPU time (groups `host_<size>_cpu`), which does not count
+//! the time other processes on a shared machine take the core away (memory
+//! stalls still count: the thread is on the CPU while it waits). After
+//! criterion's report the bench prints each kernel's bandwidth as a fraction
+//! of memcpy's in the same group, from criterion's own estimates.
 //!
 //! `cargo bench -p cclkit-kernels --bench reduce -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use cclkit_kernels::{Bf16, DataType, F16, Fp8E4M3, RedOp, Reduction, as_bytes, copy};
+use cclkit_kernels::{Bf16, DataType, F16, Fp8E4M3, Fp8E5M2, RedOp, Reduction, as_bytes, copy};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput};
 
-/// (criterion group, array size in bytes).
+/// (group name, array size in bytes).
 const SIZES: [(&str, usize); 2] = [("host_64MiB", 64 << 20), ("host_256KiB", 256 << 10)];
+/// The kernels after memcpy, with the goal (bandwidth / memcpy's,
+/// for the 64 MiB size; 0 = no goal).
+const KERNELS: [(&str, f64); 5] = [
+    ("f32_sum", 0.8),
+    ("f16_sum", 0.5),
+    ("bf16_sum", 0.5),
+    ("e4m3_sum", 0.0),
+    ("e5m2_sum", 0.0),
+];
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
+struct ThreadCpuTime;
+
+fn thread_cpu_now() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; the clock id is a constant
+    // Linux supports. On failure ts stays zero (the bench shows nonsense
+    // rather than crashing).
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+    fn start(&self) -> Duration {
+        thread_cpu_now()
+    }
+    fn end(&self, start: Duration) -> Duration {
+        thread_cpu_now().saturating_sub(start)
+    }
+    fn add(&self, v1: &Duration, v2: &Duration) -> Duration {
+        *v1 + *v2
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        static WALL: WallTime = WallTime;
+        WALL.formatter()
+    }
+}
 
 /// Deterministic values in [0.5, 2): no denormals, NaNs or overflow, so the
 /// timing is that of ordinary data.
@@ -33,97 +88,59 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn sum_bench(c: &mut Criterion, group: &str, id: &str, dtype: DataType, a: &[u8], b: &[u8]) {
-    let mut group = c.benchmark_group(group);
-    group.throughput(Throughput::Bytes(3 * a.len() as u64));
-    let mut dst = vec![1u8; a.len()];
-    let red = Reduction::new(dtype, RedOp::SUM, 1);
-    group.bench_function(id, |bench| {
-        bench.iter(|| match &red {
-            Ok(r) => black_box(r.reduce(&mut dst, black_box(a), black_box(b))).is_ok(),
-            Err(_) => false,
-        })
-    });
-    group.finish();
+/// The two inputs of every kernel, as bytes.
+struct Inputs {
+    bytes: usize,
+    sums: Vec<(&'static str, DataType, Vec<u8>, Vec<u8>)>,
 }
 
-fn benches(c: &mut Criterion, name: &str, bytes: usize) {
+fn inputs(bytes: usize) -> Inputs {
+    fn pair<T: cclkit_kernels::Element>(
+        n: usize,
+        seed: u64,
+        f: fn(f32) -> T,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let a: Vec<T> = values(n, seed).into_iter().map(f).collect();
+        let b: Vec<T> = values(n, seed + 1).into_iter().map(f).collect();
+        (as_bytes(&a).to_vec(), as_bytes(&b).to_vec())
+    }
+    let (fa, fb) = pair(bytes / 4, 1, |x| x);
+    let (ha, hb) = pair(bytes / 2, 3, F16::from_f32);
+    let (ba, bb) = pair(bytes / 2, 5, Bf16::from_f32);
+    let (ea, eb) = pair(bytes, 7, Fp8E4M3::from_f32);
+    let (ga, gb) = pair(bytes, 9, Fp8E5M2::from_f32);
+    Inputs {
+        bytes,
+        sums: vec![
+            ("f32_sum", DataType::FLOAT32, fa, fb),
+            ("f16_sum", DataType::FLOAT16, ha, hb),
+            ("bf16_sum", DataType::BFLOAT16, ba, bb),
+            ("e4m3_sum", DataType::FLOAT8E4M3, ea, eb),
+            ("e5m2_sum", DataType::FLOAT8E5M2, ga, gb),
+        ],
+    }
+}
+
+fn benches<M: Measurement>(c: &mut Criterion<M>, group: &str, inputs: &Inputs) {
+    let bytes = inputs.bytes;
+    let mut g = c.benchmark_group(group);
     let src = vec![7u8; bytes];
     let mut dst = vec![1u8; bytes];
-    {
-        let mut group = c.benchmark_group(name);
-        group.throughput(Throughput::Bytes(2 * bytes as u64));
-        group.bench_function("memcpy", |bench| {
-            bench.iter(|| black_box(copy(&mut dst, black_box(&src))).is_ok())
+    g.throughput(Throughput::Bytes(2 * bytes as u64));
+    g.bench_function("memcpy", |bench| {
+        bench.iter(|| black_box(copy(&mut dst, black_box(&src))).is_ok())
+    });
+    g.throughput(Throughput::Bytes(3 * bytes as u64));
+    for (id, dtype, a, b) in &inputs.sums {
+        let red = Reduction::new(*dtype, RedOp::SUM, 1);
+        g.bench_function(*id, |bench| {
+            bench.iter(|| match &red {
+                Ok(r) => black_box(r.reduce(&mut dst, black_box(a), black_box(b))).is_ok(),
+                Err(_) => false,
+            })
         });
-        group.finish();
     }
-    drop((src, dst));
-
-    let fa = values(bytes / 4, 1);
-    let fb = values(bytes / 4, 2);
-    sum_bench(
-        c,
-        name,
-        "f32_sum",
-        DataType::FLOAT32,
-        as_bytes(&fa),
-        as_bytes(&fb),
-    );
-    drop((fa, fb));
-
-    let ha: Vec<F16> = values(bytes / 2, 3)
-        .into_iter()
-        .map(F16::from_f32)
-        .collect();
-    let hb: Vec<F16> = values(bytes / 2, 4)
-        .into_iter()
-        .map(F16::from_f32)
-        .collect();
-    sum_bench(
-        c,
-        name,
-        "f16_sum",
-        DataType::FLOAT16,
-        as_bytes(&ha),
-        as_bytes(&hb),
-    );
-    drop((ha, hb));
-
-    let ba: Vec<Bf16> = values(bytes / 2, 5)
-        .into_iter()
-        .map(Bf16::from_f32)
-        .collect();
-    let bb: Vec<Bf16> = values(bytes / 2, 6)
-        .into_iter()
-        .map(Bf16::from_f32)
-        .collect();
-    sum_bench(
-        c,
-        name,
-        "bf16_sum",
-        DataType::BFLOAT16,
-        as_bytes(&ba),
-        as_bytes(&bb),
-    );
-    drop((ba, bb));
-
-    let ea: Vec<Fp8E4M3> = values(bytes, 7)
-        .into_iter()
-        .map(Fp8E4M3::from_f32)
-        .collect();
-    let eb: Vec<Fp8E4M3> = values(bytes, 8)
-        .into_iter()
-        .map(Fp8E4M3::from_f32)
-        .collect();
-    sum_bench(
-        c,
-        name,
-        "e4m3_sum",
-        DataType::FLOAT8E4M3,
-        as_bytes(&ea),
-        as_bytes(&eb),
-    );
+    g.finish();
 }
 
 /// Where criterion writes its estimates (its own rule: `CRITERION_HOME`, else
@@ -137,8 +154,9 @@ fn criterion_home() -> PathBuf {
         .join("criterion")
 }
 
-/// Mean time per iteration in ns from criterion's `estimates.json`.
-fn mean_ns(group: &str, id: &str) -> Option<f64> {
+/// Time per iteration in ns from criterion's `estimates.json`: the slope
+/// (the figure criterion prints) when it sampled linearly, else the mean.
+fn time_ns(group: &str, id: &str) -> Option<f64> {
     let path = criterion_home()
         .join(group)
         .join(id)
@@ -146,30 +164,28 @@ fn mean_ns(group: &str, id: &str) -> Option<f64> {
         .join("estimates.json");
     let text = std::fs::read_to_string(path).ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
-    json.get("mean")?.get("point_estimate")?.as_f64()
+    let estimate = |key: &str| json.get(key)?.get("point_estimate")?.as_f64();
+    estimate("slope").or_else(|| estimate("mean"))
 }
 
 /// Bandwidth of each kernel as a fraction of memcpy's in the same group,
-/// with the goals for the 64 MiB group.
-fn print_ratios(group: &str, bytes: usize) {
-    let Some(copy_ns) = mean_ns(group, "memcpy") else {
+/// with the goals for the 64 MiB size.
+fn print_ratios(group: &str, bytes: usize, goals: bool) {
+    let Some(copy_ns) = time_ns(group, "memcpy") else {
         println!(
-            "(no criterion estimates under {}; ratios skipped)",
+            "(no criterion estimates for {group} under {}; ratios skipped)",
             criterion_home().display()
         );
         return;
     };
-    let goals = group == SIZES[0].0;
     let copy_gbs = 2.0 * bytes as f64 / copy_ns;
     println!("\n{group}: kernel, time/iter, GB/s (read+write), bandwidth / memcpy");
-    println!("  memcpy    {:9.1} us  {copy_gbs:7.2}  1.00", copy_ns / 1e3);
-    for (id, goal) in [
-        ("f32_sum", 0.8),
-        ("f16_sum", 0.5),
-        ("bf16_sum", 0.5),
-        ("e4m3_sum", 0.0),
-    ] {
-        let Some(ns) = mean_ns(group, id) else {
+    println!(
+        "  memcpy    {:10.1} us  {copy_gbs:7.2}  1.00",
+        copy_ns / 1e3
+    );
+    for (id, goal) in KERNELS {
+        let Some(ns) = time_ns(group, id) else {
             continue;
         };
         let gbs = 3.0 * bytes as f64 / ns;
@@ -180,19 +196,26 @@ fn print_ratios(group: &str, bytes: usize) {
             _ => String::new(),
         };
         println!(
-            "  {id:<9} {:9.1} us  {gbs:7.2}  {ratio:.2} {verdict}",
+            "  {id:<9} {:10.1} us  {gbs:7.2}  {ratio:.2} {verdict}",
             ns / 1e3
         );
     }
 }
 
 fn main() {
-    let mut c = Criterion::default().configure_from_args();
+    let mut wall = Criterion::default().configure_from_args();
+    let mut cpu = Criterion::default()
+        .with_measurement(ThreadCpuTime)
+        .configure_from_args();
     for (name, bytes) in SIZES {
-        benches(&mut c, name, bytes);
+        let data = inputs(bytes);
+        benches(&mut wall, name, &data);
+        benches(&mut cpu, &format!("{name}_cpu"), &data);
     }
-    c.final_summary();
-    for (name, bytes) in SIZES {
-        print_ratios(name, bytes);
+    wall.final_summary();
+    cpu.final_summary();
+    for (i, (name, bytes)) in SIZES.into_iter().enumerate() {
+        print_ratios(name, bytes, i == 0);
+        print_ratios(&format!("{name}_cpu"), bytes, i == 0);
     }
 }
