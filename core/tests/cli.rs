@@ -14,7 +14,10 @@ use common::{Plugins, s};
 /// Runs `cclkit ARGS` with only `env` set; kills it after 60 s.
 fn cclkit(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
-    cmd.args(args).env_clear().stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -49,7 +52,10 @@ fn doctor_on_a_good_setup_explains_every_step_and_exits_zero() {
     let p = Plugins::new();
     p.net_and_tuner("libnccl-net-mock.so", 12, 6);
     let dir = s(p.dir.path());
-    let out = cclkit(&["doctor"], &[("LD_LIBRARY_PATH", &dir), ("NCCL_NET_PLUGIN", "mock")]);
+    let out = cclkit(
+        &["doctor"],
+        &[("LD_LIBRARY_PATH", &dir), ("NCCL_NET_PLUGIN", "mock")],
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     let lib = format!("{dir}/libnccl-net-mock.so");
@@ -72,23 +78,37 @@ fn doctor_on_a_good_setup_explains_every_step_and_exits_zero() {
         ],
     );
     assert!(!stdout.contains("Problems:"), "{stdout}");
-    assert!(text(&out.stderr).is_empty(), "no warnings on a good setup: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).is_empty(),
+        "no warnings on a good setup: {}",
+        text(&out.stderr)
+    );
 
-    let out = cclkit(&["doctor", "--json"], &[("LD_LIBRARY_PATH", &dir), ("NCCL_NET_PLUGIN", "mock")]);
+    let out = cclkit(
+        &["doctor", "--json"],
+        &[("LD_LIBRARY_PATH", &dir), ("NCCL_NET_PLUGIN", "mock")],
+    );
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["problems"].as_array().map(Vec::len), Some(0));
     assert_eq!(v["net"]["steps"][0]["outcome"]["result"], "selected");
     assert_eq!(v["net"]["steps"][0]["outcome"]["version"], 12);
     assert_eq!(v["net"]["devices"][0]["name"], "mockdev0");
-    assert_eq!(v["net"]["steps"][0]["file"]["symbols"][0]["symbol"], "ncclNetPlugin_v12");
+    assert_eq!(
+        v["net"]["steps"][0]["file"]["symbols"][0]["symbol"],
+        "ncclNetPlugin_v12"
+    );
     assert!(v["verdict"].as_str().is_some_and(|s| s.starts_with("OK:")));
 }
 
 #[test]
 fn doctor_on_a_missing_dependency_names_it_and_exits_non_zero() {
     let p = Plugins::new();
-    let dep = p.from_source("libcclkitdep.so", "int cclkit_dep_value(void) { return 7; }\n", &[]);
+    let dep = p.from_source(
+        "libcclkitdep.so",
+        "int cclkit_dep_value(void) { return 7; }\n",
+        &[],
+    );
     let dir = s(p.dir.path());
     p.cc(
         "libnccl-net-dep.so",
@@ -101,7 +121,10 @@ fn doctor_on_a_missing_dependency_names_it_and_exits_non_zero() {
         ],
     );
     std::fs::remove_file(&dep).expect("remove the dependency");
-    let out = cclkit(&["doctor"], &[("LD_LIBRARY_PATH", &dir), ("NCCL_NET_PLUGIN", "dep")]);
+    let out = cclkit(
+        &["doctor"],
+        &[("LD_LIBRARY_PATH", &dir), ("NCCL_NET_PLUGIN", "dep")],
+    );
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
@@ -119,7 +142,13 @@ fn doctor_on_a_missing_dependency_names_it_and_exits_non_zero() {
         ],
     );
     // Loud by default: the fallback is a WARN even without NCCL_DEBUG.
-    assert_has(&stderr, &["NCCL WARN NET plugin dep: could not load the library", "falling back to 'built-in cclkit-socket'"]);
+    assert_has(
+        &stderr,
+        &[
+            "NCCL WARN NET plugin dep: could not load the library",
+            "falling back to 'built-in cclkit-socket'",
+        ],
+    );
 }
 
 #[test]
@@ -131,11 +160,24 @@ fn doctor_follows_rccl_naming_with_rccl() {
     let out = cclkit(&["doctor", "--rccl", "--net", "mock"], &env);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert_has(&stdout, &["resolution RCCL 2.30", "dlopen(\"librccl-net-mock.so\")", "-> selected 'Mock' (ncclNetPlugin_v11)"]);
+    assert_has(
+        &stdout,
+        &[
+            "resolution RCCL 2.30",
+            "dlopen(\"librccl-net-mock.so\")",
+            "-> selected 'Mock' (ncclNetPlugin_v11)",
+        ],
+    );
     let out = cclkit(&["doctor", "--net", "mock"], &env);
     assert_eq!(out.status.code(), Some(1));
-    assert_has(&text(&out.stdout), &["dlopen(\"libnccl-net-mock.so\") [<prefix>-<value>.so form]: not found"]);
-    let out = cclkit(&["doctor", "--net", "mock"], &[("LD_LIBRARY_PATH", &dir), ("CCLKIT_FLAVOR", "rccl")]);
+    assert_has(
+        &text(&out.stdout),
+        &["dlopen(\"libnccl-net-mock.so\") [<prefix>-<value>.so form]: not found"],
+    );
+    let out = cclkit(
+        &["doctor", "--net", "mock"],
+        &[("LD_LIBRARY_PATH", &dir), ("CCLKIT_FLAVOR", "rccl")],
+    );
     assert!(out.status.success(), "CCLKIT_FLAVOR=rccl");
 }
 
@@ -144,11 +186,20 @@ fn doctor_full_library_names_go_through_the_search_path_once() {
     let p = Plugins::new();
     p.net("libnccl-net-mock.so", 9, &[]);
     let dir = s(p.dir.path());
-    let out = cclkit(&["doctor", "--net", "libnccl-net-mock.so"], &[("LD_LIBRARY_PATH", &dir)]);
+    let out = cclkit(
+        &["doctor", "--net", "libnccl-net-mock.so"],
+        &[("LD_LIBRARY_PATH", &dir)],
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert_has(&stdout, &["dlopen(\"libnccl-net-mock.so\") [value as given]: loaded"]);
-    assert!(!stdout.contains("prefix>-<value>"), "no prefix form for lib*.so:\n{stdout}");
+    assert_has(
+        &stdout,
+        &["dlopen(\"libnccl-net-mock.so\") [value as given]: loaded"],
+    );
+    assert!(
+        !stdout.contains("prefix>-<value>"),
+        "no prefix form for lib*.so:\n{stdout}"
+    );
 }
 
 #[test]
@@ -172,13 +223,15 @@ fn doctor_reports_a_broken_tuner_and_strict_notes() {
 fn nccl_debug_info_shows_plugin_messages_by_subsystem() {
     let p = Plugins::new();
     let lib = p.net("m.so", 12, &[]);
-    let env = |subsys: &'static str| {
-        vec![("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", subsys)]
-    };
+    let env = |subsys: &'static str| vec![("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", subsys)];
     let out = cclkit(&["doctor", "--net", &s(&lib)], &env("NET"));
     assert_has(&text(&out.stderr), &["NCCL INFO [plugin] mock: init v12"]);
     let out = cclkit(&["doctor", "--net", &s(&lib)], &env("^NET"));
-    assert!(!text(&out.stderr).contains("mock: init v12"), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("mock: init v12"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -208,16 +261,28 @@ fn info_lists_every_device_and_table() {
     let nosym = p.from_source("nosym.so", "int cclkit_nothing = 1;\n", &[]);
     let out = cclkit(&["info", &s(&nosym)], &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert_has(&text(&out.stdout), &["exports no NCCL plugin symbol", "exports none of ncclNetPlugin_v12"]);
+    assert_has(
+        &text(&out.stdout),
+        &[
+            "exports no NCCL plugin symbol",
+            "exports none of ncclNetPlugin_v12",
+        ],
+    );
     let out = cclkit(&["info", "/nonexistent/libx.so"], &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert_has(&text(&out.stdout), &["dlopen: FAILED: /nonexistent/libx.so: cannot open shared object file"]);
+    assert_has(
+        &text(&out.stdout),
+        &["dlopen: FAILED: /nonexistent/libx.so: cannot open shared object file"],
+    );
 }
 
 #[test]
 fn info_on_the_packaged_rust_plugins() {
     for (name, kind) in [
-        ("libnccl-net-template.so", "net plugin 'Template' through ncclNetPlugin_v12"),
+        (
+            "libnccl-net-template.so",
+            "net plugin 'Template' through ncclNetPlugin_v12",
+        ),
         ("libnccl-tuner-template.so", "through ncclTunerPlugin_v6"),
     ] {
         let path = common::rust_plugin(name);

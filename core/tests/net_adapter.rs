@@ -59,23 +59,38 @@ fn transfer(send: &mut SendComm, recv: &mut RecvComm, len: usize, rng: &mut impl
     let mut out = vec![0u8; len + 13];
     // SAFETY: both buffers outlive the requests, which complete before they drop.
     unsafe {
-        let smr = send.reg_mr(data.as_mut_ptr(), data.len(), ptr::HOST).expect("regMr send");
-        let rmr = recv.reg_mr(out.as_mut_ptr(), out.len(), ptr::HOST).expect("regMr recv");
+        let smr = send
+            .reg_mr(data.as_mut_ptr(), data.len(), ptr::HOST)
+            .expect("regMr send");
+        let rmr = recv
+            .reg_mr(out.as_mut_ptr(), out.len(), ptr::HOST)
+            .expect("regMr recv");
         let mut rreq: Request = loop {
-            let b = [RecvBuffer { data: out.as_mut_ptr(), size: out.len(), tag: 5, mr: Some(&rmr) }];
+            let b = [RecvBuffer {
+                data: out.as_mut_ptr(),
+                size: out.len(),
+                tag: 5,
+                mr: Some(&rmr),
+            }];
             if let Some(r) = recv.irecv(&b, false).expect("irecv") {
                 break r;
             }
         };
         let mut sreq = loop {
-            if let Some(r) = send.isend(data.as_ptr(), data.len(), 5, Some(&smr)).expect("isend") {
+            if let Some(r) = send
+                .isend(data.as_ptr(), data.len(), 5, Some(&smr))
+                .expect("isend")
+            {
                 break r;
             }
         };
         let (mut sdone, mut rdone) = (None, None);
         let deadline = Instant::now() + Duration::from_secs(20);
         while sdone.is_none() || rdone.is_none() {
-            assert!(Instant::now() < deadline, "transfer of {len} bytes timed out");
+            assert!(
+                Instant::now() < deadline,
+                "transfer of {len} bytes timed out"
+            );
             if sdone.is_none() {
                 sdone = send.test(&mut sreq).expect("test send");
             }
@@ -85,7 +100,10 @@ fn transfer(send: &mut SendComm, recv: &mut RecvComm, len: usize, rng: &mut impl
         }
         assert_eq!(sdone.expect("send sizes").as_slice(), [len]);
         assert_eq!(rdone.expect("recv sizes").as_slice(), [len]);
-        assert!(send.test(&mut sreq).is_err(), "a completed request must not be tested again");
+        assert!(
+            send.test(&mut sreq).is_err(),
+            "a completed request must not be tested again"
+        );
         send.dereg_mr(smr).expect("deregMr");
         recv.dereg_mr(rmr).expect("deregMr");
     }
@@ -103,23 +121,39 @@ fn every_version_moves_data_and_closes_everything() {
         let ctx = plugin.init(0x42, CommConfig::default()).expect("init");
         assert_eq!(ctx.devices().expect("devices"), 1);
         let (mut send, mut recv) = connect(&ctx);
-        assert_eq!(counter(&path, "connect"), 2, "v{v}: the first connect returns NULL");
+        assert_eq!(
+            counter(&path, "connect"),
+            2,
+            "v{v}: the first connect returns NULL"
+        );
         for len in [0, 1, rng.random_range(2..4096), 100_003] {
             transfer(&mut send, &mut recv, len, &mut rng);
         }
         grouped_receive_matches_tags(&mut send, &mut recv, v, &mut rng);
-        assert_eq!(counter(&path, "irecvConsumed"), if v >= 7 { 1 } else { 0 }, "v{v}");
+        assert_eq!(
+            counter(&path, "irecvConsumed"),
+            if v >= 7 { 1 } else { 0 },
+            "v{v}"
+        );
         send.close().expect("closeSend");
         drop(recv);
         assert_eq!(
-            [counter(&path, "closeSend"), counter(&path, "closeRecv"), counter(&path, "closeListen")],
+            [
+                counter(&path, "closeSend"),
+                counter(&path, "closeRecv"),
+                counter(&path, "closeListen")
+            ],
             [1, 1, 1],
             "v{v}"
         );
         assert_eq!(counter(&path, "regMr"), counter(&path, "deregMr"), "v{v}");
         let finalized = ctx.finalize().expect("finalize");
         assert!(finalized);
-        assert_eq!(counter(&path, "finalize"), if v >= 11 { 1 } else { 0 }, "v{v}");
+        assert_eq!(
+            counter(&path, "finalize"),
+            if v >= 11 { 1 } else { 0 },
+            "v{v}"
+        );
     }
 }
 
@@ -144,14 +178,21 @@ fn grouped_receive_matches_tags(
         let rb: Vec<RecvBuffer<'_>> = bufs
             .iter_mut()
             .enumerate()
-            .map(|(i, b)| RecvBuffer { data: b.as_mut_ptr(), size: b.len(), tag: i as i32 + 1, mr: None })
+            .map(|(i, b)| RecvBuffer {
+                data: b.as_mut_ptr(),
+                size: b.len(),
+                tag: i as i32 + 1,
+                mr: None,
+            })
             .collect();
         let mut rreq = recv.irecv(&rb, false).expect("irecv").expect("posted");
         let mut sreqs: Vec<Request> = [2usize, 0, 1]
             .iter()
             .map(|&i| {
                 let pl = &payloads[i];
-                send.isend(pl.as_ptr(), pl.len(), i as i32 + 1, None).expect("isend").expect("posted")
+                send.isend(pl.as_ptr(), pl.len(), i as i32 + 1, None)
+                    .expect("isend")
+                    .expect("posted")
             })
             .collect();
         let sizes = wait(&mut || recv.test(&mut rreq).expect("test"));
@@ -186,7 +227,9 @@ fn sizes_are_narrowed_exactly_as_nccls_shims() {
                 assert_eq!((e.call, e.code.0), ("regMr", 3));
                 assert!(e.to_string().contains("registers at most 2 GiB - 1"), "{e}");
                 assert_eq!(counter(&path, "regMr"), 0, "refused before the plugin");
-                let ok = send.reg_mr(byte.as_mut_ptr(), two_gib - 1, ptr::HOST).expect("just fits");
+                let ok = send
+                    .reg_mr(byte.as_mut_ptr(), two_gib - 1, ptr::HOST)
+                    .expect("just fits");
                 send.dereg_mr(ok).expect("dereg");
             } else {
                 send.dereg_mr(r.expect("size_t regMr")).expect("dereg");
@@ -198,7 +241,9 @@ fn sizes_are_narrowed_exactly_as_nccls_shims() {
                 let e = r.expect_err("v6–v8 isend is capped at 1 GiB");
                 assert!(e.to_string().contains("sends at most 1 GiB"), "{e}");
                 assert_eq!(counter(&path, "isend"), 0);
-                send.isend(byte.as_ptr(), gib, 1, None).expect("1 GiB fits").expect("posted");
+                send.isend(byte.as_ptr(), gib, 1, None)
+                    .expect("1 GiB fits")
+                    .expect("posted");
                 assert_eq!(counter(&path, "last_isend_size"), gib as i64);
             } else {
                 r.expect("size_t isend").expect("posted");
@@ -219,7 +264,12 @@ fn the_optional_completion_sentinel_reaches_v9_and_later_only() {
         let mut buf = [0u8; 16];
         // SAFETY: the buffer outlives the comm (the request is never completed).
         unsafe {
-            let b = [RecvBuffer { data: buf.as_mut_ptr(), size: 16, tag: 0, mr: None }];
+            let b = [RecvBuffer {
+                data: buf.as_mut_ptr(),
+                size: 16,
+                tag: 0,
+                mr: None,
+            }];
             recv.irecv(&b, true).expect("irecv").expect("posted");
             assert_eq!(counter(&path, "sentinel_seen"), seen, "v{v}");
             recv.irecv(&b, false).expect("irecv").expect("posted");
@@ -231,17 +281,27 @@ fn the_optional_completion_sentinel_reaches_v9_and_later_only() {
 #[test]
 fn traffic_class_reaches_v10_connect_and_v11_init() {
     let p = Plugins::new();
-    let cfg = CommConfig { traffic_class: Some(5) };
+    let cfg = CommConfig {
+        traffic_class: Some(5),
+    };
     let v10 = p.net("tc10.so", 10, &[]);
     let ctx = load(&v10).init(1, cfg).expect("init");
-    assert_eq!(counter(&v10, "last_traffic_class"), -100, "v10 sees it at connect");
+    assert_eq!(
+        counter(&v10, "last_traffic_class"),
+        -100,
+        "v10 sees it at connect"
+    );
     let _comms = connect(&ctx);
     assert_eq!(counter(&v10, "last_traffic_class"), 5);
     let v11 = p.net("tc11.so", 11, &[]);
     let _ctx = load(&v11).init(1, cfg).expect("init");
     assert_eq!(counter(&v11, "last_traffic_class"), 5);
     let _undef = load(&v11).init(2, CommConfig::default()).expect("init");
-    assert_eq!(counter(&v11, "last_traffic_class"), -1, "NCCL_NET_TRAFFIC_CLASS_UNDEF");
+    assert_eq!(
+        counter(&v11, "last_traffic_class"),
+        -1,
+        "NCCL_NET_TRAFFIC_CLASS_UNDEF"
+    );
 }
 
 #[test]
@@ -255,17 +315,28 @@ fn pre_v11_init_is_refcounted_and_v11_is_per_communicator() {
     drop(a);
     drop(b);
     let _c = plugin.init(3, CommConfig::default()).expect("c");
-    assert_eq!(counter(&v8, "init"), 2, "after the last finalize, init runs again");
+    assert_eq!(
+        counter(&v8, "init"),
+        2,
+        "after the last finalize, init runs again"
+    );
     let v11 = p.net("r11.so", 11, &[]);
     let plugin = load(&v11);
     let a = plugin.init(1, CommConfig::default()).expect("a");
     let b = plugin.init(2, CommConfig::default()).expect("b");
     assert_eq!(counter(&v11, "init"), 2);
     let (send, recv) = connect(&a);
-    assert!(!a.finalize().expect("deferred"), "comms still open: finalize waits");
+    assert!(
+        !a.finalize().expect("deferred"),
+        "comms still open: finalize waits"
+    );
     assert_eq!(counter(&v11, "finalize"), 0);
     drop((send, recv));
-    assert_eq!(counter(&v11, "finalize"), 1, "finalize after the last comm closed");
+    assert_eq!(
+        counter(&v11, "finalize"),
+        1,
+        "finalize after the last comm closed"
+    );
     drop(b);
     assert_eq!(counter(&v11, "finalize"), 2);
 }
@@ -279,23 +350,55 @@ fn properties_get_the_shims_defaults() {
         ctx.properties(1).expect("properties")
     };
     let p6 = props(6);
-    assert_eq!((p6.name.as_str(), p6.guid, p6.port, p6.speed_mbps), ("mockdev1", 0x101, 1, 25000));
-    assert_eq!((p6.latency_us, p6.max_comms, p6.max_recvs, p6.ptr_support), (1.5, 64, 8, ptr::HOST));
+    assert_eq!(
+        (p6.name.as_str(), p6.guid, p6.port, p6.speed_mbps),
+        ("mockdev1", 0x101, 1, 25000)
+    );
+    assert_eq!(
+        (p6.latency_us, p6.max_comms, p6.max_recvs, p6.ptr_support),
+        (1.5, 64, 8, ptr::HOST)
+    );
     assert_eq!(p6.device_type, NetDeviceType::HOST);
     assert_eq!((p6.reg_is_global, p6.force_flush), (false, false));
     assert_eq!(p6.vdevs, [1], "pre-v9: vProps = {{1, [dev]}}");
     assert_eq!((p6.max_p2p_bytes, p6.max_coll_bytes), (1 << 30, 512 << 20));
-    assert_eq!((p6.max_multi_request_size, p6.rail_id, p6.plane_id), (1, -1, -1));
+    assert_eq!(
+        (p6.max_multi_request_size, p6.rail_id, p6.plane_id),
+        (1, -1, -1)
+    );
     assert!(props(8).reg_is_global);
     let p9 = props(9);
-    assert_eq!((p9.max_p2p_bytes, p9.max_coll_bytes, p9.max_multi_request_size), (1 << 33, 1 << 29, 1));
+    assert_eq!(
+        (
+            p9.max_p2p_bytes,
+            p9.max_coll_bytes,
+            p9.max_multi_request_size
+        ),
+        (1 << 33, 1 << 29, 1)
+    );
     let p11 = props(11);
     assert_eq!((p11.max_multi_request_size, p11.rail_id), (2, -1));
     let p12 = props(12);
-    assert_eq!((p12.max_multi_request_size, p12.rail_id, p12.plane_id, p12.vdevs.as_slice()), (2, 3, 1, &[1][..]));
+    assert_eq!(
+        (
+            p12.max_multi_request_size,
+            p12.rail_id,
+            p12.plane_id,
+            p12.vdevs.as_slice()
+        ),
+        (2, 3, 1, &[1][..])
+    );
     let path = p.net("pover.so", 12, &["PROPS_OVERRUN"]);
-    let e = load(&path).init(1, CommConfig::default()).expect("init").properties(0).expect_err("overrun");
-    assert!(e.to_string().contains("past the end of the 128-byte struct"), "{e}");
+    let e = load(&path)
+        .init(1, CommConfig::default())
+        .expect("init")
+        .properties(0)
+        .expect_err("overrun");
+    assert!(
+        e.to_string()
+            .contains("past the end of the 128-byte struct"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -308,7 +411,10 @@ fn optional_hooks_report_whether_they_exist() {
     let v9 = p.net("h9.so", 9, &["NDEV=4"]);
     let ctx9 = load(&v9).init(1, CommConfig::default()).expect("init");
     assert_eq!(ctx9.make_vdevice(&[0, 1]).expect("fused"), Some(6));
-    assert!(ctx9.make_vdevice(&[0, 1, 2, 3, 0]).is_err(), "v9 fuses at most 4");
+    assert!(
+        ctx9.make_vdevice(&[0, 1, 2, 3, 0]).is_err(),
+        "v9 fuses at most 4"
+    );
     let v12 = p.net("h12.so", 12, &[]);
     let ctx12 = load(&v12).init(1, CommConfig::default()).expect("init");
     assert_eq!(ctx12.make_vdevice(&[0; 8]).expect("8 ok for v12"), Some(9));
@@ -327,8 +433,14 @@ fn errors_carry_code_call_plugin_and_its_message() {
     let byte = [0u8; 1];
     // SAFETY: the mock refuses this call before using the buffer.
     let e = unsafe { send.isend(byte.as_ptr(), 1, -7, None) }.expect_err("refused");
-    assert_eq!((e.call, e.code.0, &*e.plugin, e.version), ("isend", 4, "Mock", 11));
-    assert_eq!(e.plugin_message.as_deref(), Some("mock: isend refused tag -7"));
+    assert_eq!(
+        (e.call, e.code.0, &*e.plugin, e.version),
+        ("isend", 4, "Mock", 11)
+    );
+    assert_eq!(
+        e.plugin_message.as_deref(),
+        Some("mock: isend refused tag -7")
+    );
     assert_eq!(
         e.to_string(),
         "NET plugin 'Mock' (v11): isend failed: ncclInvalidArgument (4); the plugin said: \
@@ -340,7 +452,15 @@ fn errors_carry_code_call_plugin_and_its_message() {
     let mut buf = [0u8; 4];
     // SAFETY: the buffer outlives the comm.
     let mut r = unsafe {
-        recv.irecv(&[RecvBuffer { data: buf.as_mut_ptr(), size: 4, tag: 0, mr: None }], false)
+        recv.irecv(
+            &[RecvBuffer {
+                data: buf.as_mut_ptr(),
+                size: 4,
+                tag: 0,
+                mr: None,
+            }],
+            false,
+        )
     }
     .expect("irecv")
     .expect("posted");

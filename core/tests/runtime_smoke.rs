@@ -10,7 +10,9 @@ use cclkit::runtime::{Comm, Config};
 
 fn config() -> Config {
     let mut c = Config::from_lookup(&|_| None).unwrap();
-    c.registry = Some(Arc::new(NetRegistry::new(LoaderConfig::from_lookup(|k| (k == "NCCL_NET_PLUGIN").then(|| "none".into())))));
+    c.registry = Some(Arc::new(NetRegistry::new(LoaderConfig::from_lookup(|k| {
+        (k == "NCCL_NET_PLUGIN").then(|| "none".into())
+    }))));
     c.bootstrap_timeout = Duration::from_secs(20);
     c.op_timeout = Duration::from_secs(30);
     c
@@ -19,7 +21,12 @@ fn config() -> Config {
 #[test]
 fn ring_send_recv_threads() {
     let n = 3;
-    let (id, root) = BootstrapRoot::start("127.0.0.1:0".parse().unwrap(), random_u64(), Duration::from_secs(20)).unwrap();
+    let (id, root) = BootstrapRoot::start(
+        "127.0.0.1:0".parse().unwrap(),
+        random_u64(),
+        Duration::from_secs(20),
+    )
+    .unwrap();
     let hs: Vec<_> = (0..n)
         .map(|r| {
             std::thread::spawn(move || {

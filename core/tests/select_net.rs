@@ -46,7 +46,10 @@ fn by_path_selects_the_plugin_without_fallback() {
     assert_eq!(sel.devices, 1);
     assert_eq!(sel.attempts.len(), 1);
     let c = selected(&sel.attempts[0]);
-    assert_eq!((c.name.as_str(), c.version, c.symbol.as_str()), ("Mock", 12, "ncclNetPlugin_v12"));
+    assert_eq!(
+        (c.name.as_str(), c.version, c.symbol.as_str()),
+        ("Mock", 12, "ncclNetPlugin_v12")
+    );
     assert_eq!(c.rule, Rule::Verbatim);
     assert_eq!(c.path.as_deref(), Some(s(&lib).as_str()));
     assert_eq!(sel.context.plugin().name(), "Mock");
@@ -60,15 +63,26 @@ fn a_missing_plain_name_tries_both_forms_then_falls_back_loudly() {
     assert!(sel.fell_back);
     let e = failed(&sel.attempts[0]);
     assert!(matches!(e.cause, Cause::NotLoaded));
-    let names: Vec<_> = e.opens.iter().map(|o| (o.shown_name().to_owned(), o.rule)).collect();
+    let names: Vec<_> = e
+        .opens
+        .iter()
+        .map(|o| (o.shown_name().to_owned(), o.rule))
+        .collect();
     assert_eq!(
         names,
         [
             ("cclkit-test-absent".to_owned(), Rule::Verbatim),
-            ("libnccl-net-cclkit-test-absent.so".to_owned(), Rule::PrefixForm)
+            (
+                "libnccl-net-cclkit-test-absent.so".to_owned(),
+                Rule::PrefixForm
+            )
         ]
     );
-    assert!(e.opens.iter().all(|o| matches!(o.outcome, OpenOutcome::NotFound { .. })));
+    assert!(
+        e.opens
+            .iter()
+            .all(|o| matches!(o.outcome, OpenOutcome::NotFound { .. }))
+    );
     assert_eq!(
         e.reason(),
         "could not load the library; tried: cclkit-test-absent (not found), \
@@ -77,14 +91,26 @@ fn a_missing_plain_name_tries_both_forms_then_falls_back_loudly() {
     assert!(selected(&sel.attempts[1]).name == "cclkit-socket" && sel.attempts[1].builtin);
     let w = logs.warnings();
     assert_eq!(w.len(), 2, "{w:?}");
-    assert!(w[0].contains("libnccl-net-cclkit-test-absent.so (not found)") && w[0].contains("falling back to 'built-in cclkit-socket'"), "{}", w[0]);
-    assert!(w[1].contains("using 'cclkit-socket' after 1 plugin(s) could not be used"), "{}", w[1]);
+    assert!(
+        w[0].contains("libnccl-net-cclkit-test-absent.so (not found)")
+            && w[0].contains("falling back to 'built-in cclkit-socket'"),
+        "{}",
+        w[0]
+    );
+    assert!(
+        w[1].contains("using 'cclkit-socket' after 1 plugin(s) could not be used"),
+        "{}",
+        w[1]
+    );
 }
 
 #[test]
 fn paths_and_lib_so_names_are_tried_once() {
     let p = Plugins::new();
-    for v in [s(&p.path("libnccl-net-gone.so")), "libcclkit-gone.so".to_owned()] {
+    for v in [
+        s(&p.path("libnccl-net-gone.so")),
+        "libcclkit-gone.so".to_owned(),
+    ] {
         let (_reg, sel) = select(config(Some(&v), None));
         let sel = sel.expect("built-in");
         let e = failed(&sel.attempts[0]);
@@ -102,7 +128,11 @@ fn unset_default_absent_is_not_a_fallback() {
     assert_eq!(e.opens[0].name.as_deref(), Some("libnccl-net.so"));
     assert_eq!(e.opens[0].rule, Rule::Default);
     assert!(logs.warnings().is_empty(), "{:?}", logs.warnings());
-    assert!(logs.at(tracing::Level::INFO).iter().any(|m| m.contains("libnccl-net.so (not found)")));
+    assert!(
+        logs.at(tracing::Level::INFO)
+            .iter()
+            .any(|m| m.contains("libnccl-net.so (not found)"))
+    );
 }
 
 #[test]
@@ -152,13 +182,22 @@ fn a_file_without_symbols_is_unsupported() {
         }
         c => panic!("{c:?}"),
     }
-    assert!(e.reason().contains("exports none of ncclNetPlugin_v12") && e.reason().contains("no plugin symbols at all"), "{}", e.reason());
+    assert!(
+        e.reason().contains("exports none of ncclNetPlugin_v12")
+            && e.reason().contains("no plugin symbols at all"),
+        "{}",
+        e.reason()
+    );
 }
 
 #[test]
 fn only_v5_symbols_name_the_version_found() {
     let p = Plugins::new();
-    let lib = p.from_source("v5.so", "const char ncclNetPlugin_v5[128] = \"old\";\n", &[]);
+    let lib = p.from_source(
+        "v5.so",
+        "const char ncclNetPlugin_v5[128] = \"old\";\n",
+        &[],
+    );
     let (_reg, sel) = select(config(Some(&s(&lib)), None));
     let e = failed(&sel.expect("built-in").attempts[0]).clone();
     assert!(
@@ -179,7 +218,10 @@ fn init_error_quotes_the_plugin_and_is_not_retried() {
     match &e.cause {
         Cause::Call(c) => {
             assert_eq!((c.call, c.code.0), ("init", 2));
-            assert_eq!(c.plugin_message.as_deref(), Some("mock: init failed on purpose (code 2)"));
+            assert_eq!(
+                c.plugin_message.as_deref(),
+                Some("mock: init failed on purpose (code 2)")
+            );
         }
         c => panic!("{c:?}"),
     }
@@ -188,10 +230,17 @@ fn init_error_quotes_the_plugin_and_is_not_retried() {
         "NET plugin 'Mock' (v12): init failed: ncclSystemError (2); the plugin said: \
          \"mock: init failed on purpose (code 2)\""
     );
-    assert!(logs.warnings().iter().any(|w| w.contains("mock: init failed on purpose")));
+    assert!(
+        logs.warnings()
+            .iter()
+            .any(|w| w.contains("mock: init failed on purpose"))
+    );
     assert!(!is_loaded(&lib), "a plugin that failed init is unloaded");
     let again = reg.select(1, CommConfig::default()).expect("built-in");
-    assert!(matches!(skipped(&again.attempts[0]).cause, Cause::FailedEarlier { .. }));
+    assert!(matches!(
+        skipped(&again.attempts[0]).cause,
+        Cause::FailedEarlier { .. }
+    ));
     assert!(!is_loaded(&lib), "and never loaded again");
 }
 
@@ -203,7 +252,11 @@ fn zero_devices_fall_back_after_finalizing() {
     let (_reg, sel) = select(config(Some(&s(&lib)), None));
     let e = failed(&sel.expect("built-in").attempts[0]).clone();
     assert!(matches!(e.cause, Cause::NoDevices { ndev: 0 }));
-    assert!(e.reason().contains("devices() reported 0 devices"), "{}", e.reason());
+    assert!(
+        e.reason().contains("devices() reported 0 devices"),
+        "{}",
+        e.reason()
+    );
     assert_eq!((counter(&lib, "init"), counter(&lib, "finalize")), (1, 1));
 }
 
@@ -213,7 +266,13 @@ fn device_type_must_be_host_or_unpack_v7() {
     let gin = p.net("gin.so", 12, &["DEV_TYPE=2"]);
     let (_reg, sel) = select(config(Some(&s(&gin)), None));
     let e = failed(&sel.expect("built-in").attempts[0]).clone();
-    assert!(matches!(e.cause, Cause::DeviceType { device_type: 2, device_version: 0 }));
+    assert!(matches!(
+        e.cause,
+        Cause::DeviceType {
+            device_type: 2,
+            device_version: 0
+        }
+    ));
     assert!(e.reason().contains("netDeviceType 2"), "{}", e.reason());
     let old_unpack = p.net("unpack6.so", 9, &["DEV_TYPE=1", "DEV_VERSION=6"]);
     let (_reg, sel) = select(config(Some(&s(&old_unpack)), None));
@@ -240,7 +299,8 @@ fn a_properties_overrun_fails_the_device_check() {
     let (_reg, sel) = select(config(Some(&s(&lib)), None));
     let e = failed(&sel.expect("built-in").attempts[0]).clone();
     assert!(
-        e.reason().contains("wrote at least 16 bytes past the end of the 112-byte struct"),
+        e.reason()
+            .contains("wrote at least 16 bytes past the end of the 112-byte struct"),
         "{}",
         e.reason()
     );
@@ -257,7 +317,9 @@ fn nccl_net_filters_by_table_name_case_insensitively() {
     let sel = sel.expect("two");
     assert!(!sel.fell_back);
     match &skipped(&sel.attempts[0]).cause {
-        Cause::NameMismatch { name, wanted } => assert_eq!((name.as_str(), wanted.as_str()), ("One", "two")),
+        Cause::NameMismatch { name, wanted } => {
+            assert_eq!((name.as_str(), wanted.as_str()), ("One", "two"))
+        }
         c => panic!("{c:?}"),
     }
     assert_eq!(selected(&sel.attempts[1]).name, "Two");
@@ -280,7 +342,11 @@ fn strict_mode_turns_a_fallback_into_an_error() {
     };
     assert!(matches!(err, SelectError::Strict { .. }));
     assert_eq!(err.attempts().len(), 1);
-    assert!(err.to_string().starts_with("CCLKIT_STRICT=1: refusing to fall back"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("CCLKIT_STRICT=1: refusing to fall back"),
+        "{err}"
+    );
     let p = Plugins::new();
     let good = p.net("good.so", 12, &[]);
     let mut cfg = config(Some(&s(&good)), None);
@@ -301,11 +367,18 @@ fn reload_after_the_last_release() {
         assert_eq!(&h[..8], &0x6d6f636b6e657421u64.to_ne_bytes());
         drop(_listen);
         drop(sel);
-        assert!(!is_loaded(&lib), "v{version}: the last release must dlclose the plugin");
+        assert!(
+            !is_loaded(&lib),
+            "v{version}: the last release must dlclose the plugin"
+        );
         // Loadable again: fresh globals (init counter starts over) and it works.
         let sel = reg.select(2, CommConfig::default()).expect("reloaded");
         assert!(is_loaded(&lib));
-        assert_eq!(counter(&lib, "init"), 1, "v{version}: globals start over after reload");
+        assert_eq!(
+            counter(&lib, "init"),
+            1,
+            "v{version}: globals start over after reload"
+        );
         assert_eq!(counter(&lib, "listen"), 0);
         assert_eq!(selected(&sel.attempts[0]).name, "Mock");
         let (_h, _l) = sel.context.listen(0).expect("listen after reload");
@@ -321,7 +394,32 @@ fn ref_count_setting_pins_the_library() {
     cfg.pin_net_plugins = true;
     let (reg, sel) = select(cfg);
     drop(sel.expect("selected"));
-    assert!(is_loaded(&lib), "NCCL_NET_PLUGIN_REF_COUNT>0 keeps it loaded");
+    assert!(
+        is_loaded(&lib),
+        "NCCL_NET_PLUGIN_REF_COUNT>0 keeps it loaded"
+    );
     drop(reg);
     assert!(!is_loaded(&lib));
+}
+
+#[test]
+fn collnet_is_found_separately_from_net() {
+    let p = Plugins::new();
+    let collnet = p.path("collnet.c");
+    std::fs::write(&collnet, "const char ncclCollNetPlugin_v9[144] = \"cn\";\n").expect("write");
+    let lib = p.cc(
+        "netcollnet.so",
+        &[common::fixture("net_mock.c"), collnet],
+        &["-DNET_VERSION=12".into()],
+    );
+    let (_reg, sel) = select(config(Some(&s(&lib)), None));
+    let sel = sel.expect("selected");
+    assert_eq!(sel.context.plugin().version(), 12);
+    assert_eq!(
+        sel.context.plugin().collnet(),
+        Some(("ncclCollNetPlugin_v9", 9))
+    );
+    let plain = p.net("plain.so", 12, &[]);
+    let (_reg, sel) = select(config(Some(&s(&plain)), None));
+    assert_eq!(sel.expect("selected").context.plugin().collnet(), None);
 }

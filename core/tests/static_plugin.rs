@@ -17,9 +17,13 @@ fn static_plugin_looks_in_the_program_itself() {
     match &sel.attempts[0].outcome {
         Outcome::Failed(e) => {
             assert!(matches!(e.cause, Cause::NoSymbol { .. }), "{e}");
-            assert_eq!((e.opens[0].name.as_deref(), e.opens[0].rule), (None, Rule::StaticPlugin));
+            assert_eq!(
+                (e.opens[0].name.as_deref(), e.opens[0].rule),
+                (None, Rule::StaticPlugin)
+            );
             assert!(
-                e.reason().starts_with("the main program (dlopen(NULL)) exports none of"),
+                e.reason()
+                    .starts_with("the main program (dlopen(NULL)) exports none of"),
                 "{}",
                 e.reason()
             );
@@ -36,7 +40,10 @@ fn static_plugin_looks_in_the_program_itself() {
     let sel = reg.select(1, CommConfig::default()).expect("selected");
     match &sel.attempts[0].outcome {
         Outcome::Selected(c) => {
-            assert_eq!((c.name.as_str(), c.rule, c.path.as_deref()), ("Global", Rule::StaticPlugin, None))
+            assert_eq!(
+                (c.name.as_str(), c.rule, c.path.as_deref()),
+                ("Global", Rule::StaticPlugin, None)
+            )
         }
         o => panic!("{o:?}"),
     }

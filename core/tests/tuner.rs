@@ -5,7 +5,9 @@ mod common;
 
 use cclkit::plugin::library::is_loaded;
 use cclkit::plugin::net::{CommConfig, NetPlugin};
-use cclkit::plugin::select::{Attempt, NetRegistry, Outcome, SelectError, TunerArgs, TunerRegistry};
+use cclkit::plugin::select::{
+    Attempt, NetRegistry, Outcome, SelectError, TunerArgs, TunerRegistry,
+};
 use cclkit::plugin::tuner::{CostTable, NvlDomainInfo, TunerConstants, TunerPlugin};
 use cclkit::plugin::{Cause, Library, LoaderConfig, resolve::Rule};
 use cclkit_abi::raw::common::{Algorithm, Func, Protocol};
@@ -33,7 +35,12 @@ fn idx(a: Algorithm, p: Protocol) -> usize {
 /// 100 µs everywhere, CollNet and NVLS unsupported (-1).
 fn table() -> CostTable {
     let mut t = [100.0; 21];
-    for a in [Algorithm::COLLNET_DIRECT, Algorithm::COLLNET_CHAIN, Algorithm::NVLS, Algorithm::NVLS_TREE] {
+    for a in [
+        Algorithm::COLLNET_DIRECT,
+        Algorithm::COLLNET_CHAIN,
+        Algorithm::NVLS,
+        Algorithm::NVLS_TREE,
+    ] {
         for p in [Protocol::LL, Protocol::LL128, Protocol::SIMPLE] {
             t[idx(a, p)] = -1.0;
         }
@@ -59,18 +66,36 @@ fn every_version_gets_its_argument_order_and_shim() {
         if v >= 5 {
             assert_eq!(tuner_value(&path, "commId"), f64::from(0xabc), "v{v}");
             assert_eq!(tuner_value(&path, "nvlDomains"), 3.0, "v{v}");
-            assert_eq!(constants.baseLatencies[0][0], 42.0, "v{v}: constants copied back");
+            assert_eq!(
+                constants.baseLatencies[0][0], 42.0,
+                "v{v}: constants copied back"
+            );
         } else {
-            assert_eq!(constants.baseLatencies[0][0], 0.0, "v{v}: no constants before v5");
+            assert_eq!(
+                constants.baseLatencies[0][0], 0.0,
+                "v{v}: no constants before v5"
+            );
         }
         let mut t21 = table();
         let mut channels = 0;
         ctx.get_coll_info(Func::ALL_REDUCE, 1 << 20, 1, true, &mut t21, &mut channels)
             .expect("getCollInfo");
         assert_eq!(channels, 4, "v{v}");
-        assert_eq!(t21[idx(Algorithm::RING, Protocol::SIMPLE)], 0.0, "v{v}: RING/SIMPLE chosen");
-        assert_eq!(t21[idx(Algorithm::TREE, Protocol::LL)], 100.0, "v{v}: others untouched");
-        assert_eq!(tuner_value(&path, "ctx_ok"), 1.0, "v{v}: the context comes back");
+        assert_eq!(
+            t21[idx(Algorithm::RING, Protocol::SIMPLE)],
+            0.0,
+            "v{v}: RING/SIMPLE chosen"
+        );
+        assert_eq!(
+            t21[idx(Algorithm::TREE, Protocol::LL)],
+            100.0,
+            "v{v}: others untouched"
+        );
+        assert_eq!(
+            tuner_value(&path, "ctx_ok"),
+            1.0,
+            "v{v}: the context comes back"
+        );
         match v {
             1 | 2 => {
                 // tuner_v2.cc: support flags derived from the table.
@@ -78,7 +103,13 @@ fn every_version_gets_its_argument_order_and_shim() {
                 assert_eq!(tuner_value(&path, "nvlsSupport"), 0.0);
             }
             _ => {
-                assert_eq!((tuner_value(&path, "numAlgo"), tuner_value(&path, "numProto")), (7.0, 3.0));
+                assert_eq!(
+                    (
+                        tuner_value(&path, "numAlgo"),
+                        tuner_value(&path, "numProto")
+                    ),
+                    (7.0, 3.0)
+                );
                 if v >= 4 {
                     assert_eq!(tuner_value(&path, "regBuff"), 1.0);
                 }
@@ -86,11 +117,26 @@ fn every_version_gets_its_argument_order_and_shim() {
         }
         let mut chunk = 4096usize;
         let has = ctx
-            .get_chunk_size(Func::ALL_REDUCE, 1 << 20, Algorithm::RING, Protocol::SIMPLE, 4, &mut chunk)
+            .get_chunk_size(
+                Func::ALL_REDUCE,
+                1 << 20,
+                Algorithm::RING,
+                Protocol::SIMPLE,
+                4,
+                &mut chunk,
+            )
             .expect("getChunkSize");
-        assert_eq!((has, chunk), if v == 6 { (true, 65536) } else { (false, 4096) }, "v{v}");
+        assert_eq!(
+            (has, chunk),
+            if v == 6 { (true, 65536) } else { (false, 4096) },
+            "v{v}"
+        );
         drop(ctx);
-        assert_eq!(tuner_value(&path, "destroy"), 1.0, "v{v}: finalize/destroy on drop");
+        assert_eq!(
+            tuner_value(&path, "destroy"),
+            1.0,
+            "v{v}: finalize/destroy on drop"
+        );
     }
 }
 
@@ -99,14 +145,22 @@ fn v2_shim_sees_nvls_support_and_never_enables_an_ignored_entry() {
     let p = Plugins::new();
     let path = p.tuner("t2.so", 2, &["ENABLE_IGNORED"]);
     let t = load(&path);
-    let mut ctx = t.init(8, 1, 0, NVL, &mut TunerConstants::default()).expect("init");
+    let mut ctx = t
+        .init(8, 1, 0, NVL, &mut TunerConstants::default())
+        .expect("init");
     let mut t21 = table();
     let mut ch = 0;
-    ctx.get_coll_info(Func::ALL_GATHER, 4096, 1, false, &mut t21, &mut ch).expect("ok");
-    assert_eq!(t21, table(), "NVLS is ignored here, so the v2 choice changes nothing");
+    ctx.get_coll_info(Func::ALL_GATHER, 4096, 1, false, &mut t21, &mut ch)
+        .expect("ok");
+    assert_eq!(
+        t21,
+        table(),
+        "NVLS is ignored here, so the v2 choice changes nothing"
+    );
     let mut with_nvls = table();
     with_nvls[idx(Algorithm::NVLS, Protocol::SIMPLE)] = 50.0;
-    ctx.get_coll_info(Func::ALL_GATHER, 4096, 1, false, &mut with_nvls, &mut ch).expect("ok");
+    ctx.get_coll_info(Func::ALL_GATHER, 4096, 1, false, &mut with_nvls, &mut ch)
+        .expect("ok");
     assert_eq!(tuner_value(&path, "nvlsSupport"), 1.0);
     assert_eq!(with_nvls[idx(Algorithm::NVLS, Protocol::SIMPLE)], 0.0);
 }
@@ -115,33 +169,62 @@ fn v2_shim_sees_nvls_support_and_never_enables_an_ignored_entry() {
 fn enabling_an_entry_nccl_left_at_minus_one_is_reported() {
     let p = Plugins::new();
     let path = p.tuner("t4.so", 4, &["ENABLE_IGNORED"]);
-    let mut ctx = load(&path).init(8, 1, 0, NVL, &mut TunerConstants::default()).expect("init");
+    let mut ctx = load(&path)
+        .init(8, 1, 0, NVL, &mut TunerConstants::default())
+        .expect("init");
     let mut t21 = table();
     let mut ch = 0;
     let e = ctx
         .get_coll_info(Func::ALL_REDUCE, 8, 1, false, &mut t21, &mut ch)
         .expect_err("must be refused");
     assert_eq!(e.call, "getCollInfo");
-    assert!(e.to_string().contains("enabled NVLS/SIMPLE that NCCL left at -1"), "{e}");
-    assert_eq!(t21[idx(Algorithm::NVLS, Protocol::SIMPLE)], -1.0, "put back");
-    assert_eq!(t21[idx(Algorithm::RING, Protocol::SIMPLE)], 0.0, "the legal edit stays");
+    assert!(
+        e.to_string()
+            .contains("enabled NVLS/SIMPLE that NCCL left at -1"),
+        "{e}"
+    );
+    assert_eq!(
+        t21[idx(Algorithm::NVLS, Protocol::SIMPLE)],
+        -1.0,
+        "put back"
+    );
+    assert_eq!(
+        t21[idx(Algorithm::RING, Protocol::SIMPLE)],
+        0.0,
+        "the legal edit stays"
+    );
 }
 
 #[test]
 fn writing_past_the_table_or_the_constants_is_caught() {
     let p = Plugins::new();
     let path = p.tuner("t6.so", 6, &["TABLE_OVERRUN"]);
-    let mut ctx = load(&path).init(8, 1, 0, NVL, &mut TunerConstants::default()).expect("init");
+    let mut ctx = load(&path)
+        .init(8, 1, 0, NVL, &mut TunerConstants::default())
+        .expect("init");
     let mut t21 = table();
     let before = t21;
     let mut ch = 0;
-    let e = ctx.get_coll_info(Func::ALL_REDUCE, 8, 1, false, &mut t21, &mut ch).expect_err("overrun");
-    assert!(e.to_string().contains("wrote at least 4 bytes past the end of the 84-byte struct"), "{e}");
+    let e = ctx
+        .get_coll_info(Func::ALL_REDUCE, 8, 1, false, &mut t21, &mut ch)
+        .expect_err("overrun");
+    assert!(
+        e.to_string()
+            .contains("wrote at least 4 bytes past the end of the 84-byte struct"),
+        "{e}"
+    );
     assert_eq!(t21, before, "an overrunning tuner's table is not used");
     let path = p.tuner("c5.so", 5, &["CONSTANTS_OVERRUN"]);
     let mut constants = TunerConstants::default();
-    let e = load(&path).init(8, 1, 0, NVL, &mut constants).err().expect("overrun");
-    assert!(e.to_string().contains("past the end of the 1152-byte struct"), "{e}");
+    let e = load(&path)
+        .init(8, 1, 0, NVL, &mut constants)
+        .err()
+        .expect("overrun");
+    assert!(
+        e.to_string()
+            .contains("past the end of the 1152-byte struct"),
+        "{e}"
+    );
     assert_eq!(constants, TunerConstants::default(), "not copied back");
 }
 
@@ -150,8 +233,12 @@ fn v1_is_initialised_once_and_destroyed_with_the_last_context() {
     let p = Plugins::new();
     let path = p.tuner("t1.so", 1, &[]);
     let t = load(&path);
-    let a = t.init(8, 1, 0, NVL, &mut TunerConstants::default()).expect("a");
-    let b = t.init(8, 1, 1, NVL, &mut TunerConstants::default()).expect("b");
+    let a = t
+        .init(8, 1, 0, NVL, &mut TunerConstants::default())
+        .expect("a");
+    let b = t
+        .init(8, 1, 1, NVL, &mut TunerConstants::default())
+        .expect("b");
     assert_eq!(tuner_value(&path, "init"), 1.0);
     drop(a);
     assert_eq!(tuner_value(&path, "destroy"), 0.0);
@@ -179,7 +266,9 @@ fn tuner_by_path_then_released_and_reloaded() {
     assert_eq!(constants.baseLatencies[0][0], 42.0);
     drop(sel);
     assert!(!is_loaded(&path), "closed with the last communicator");
-    let sel = reg.select(None, args(), &mut TunerConstants::default()).expect("again");
+    let sel = reg
+        .select(None, args(), &mut TunerConstants::default())
+        .expect("again");
     assert_eq!(tuner_value(&path, "init"), 1.0, "reloaded: fresh globals");
     assert!(sel.tuner.is_some());
 }
@@ -192,19 +281,31 @@ fn tuner_inside_the_net_library_keeps_it_loaded() {
     let net = nets.select(1, CommConfig::default()).expect("net");
     let plugin: NetPlugin = net.context.plugin().clone();
     let tuners = TunerRegistry::new(config(Some(&s(&both)), None));
-    let sel = tuners.select(Some(&plugin), args(), &mut TunerConstants::default()).expect("tuner");
+    let sel = tuners
+        .select(Some(&plugin), args(), &mut TunerConstants::default())
+        .expect("tuner");
     let kinds: Vec<_> = sel.attempts.iter().map(outcome_kind).collect();
-    assert_eq!(kinds, ["skipped", "selected"], "default libnccl-tuner.so absent, then the net library");
+    assert_eq!(
+        kinds,
+        ["skipped", "selected"],
+        "default libnccl-tuner.so absent, then the net library"
+    );
     match &sel.attempts[1].outcome {
         Outcome::Selected(c) => {
-            assert_eq!((c.rule, c.name.as_str(), c.version), (Rule::NetLibrary, "MockTuner", 6));
+            assert_eq!(
+                (c.rule, c.name.as_str(), c.version),
+                (Rule::NetLibrary, "MockTuner", 6)
+            );
         }
         o => panic!("{o:?}"),
     }
     assert!(!sel.fell_back);
     drop(net);
     drop(plugin);
-    assert!(is_loaded(&both), "the tuner keeps the shared library mapped");
+    assert!(
+        is_loaded(&both),
+        "the tuner keeps the shared library mapped"
+    );
     drop(sel);
     assert!(!is_loaded(&both));
 }
@@ -235,16 +336,27 @@ fn a_requested_tuner_that_cannot_load_falls_back_loudly_and_stickily() {
     assert!(sel.fell_back && sel.tuner.is_none());
     match &sel.attempts[0].outcome {
         Outcome::Failed(e) => assert!(
-            e.reason().contains("libnccl-tuner-cclkit-test-absent.so (not found)"),
+            e.reason()
+                .contains("libnccl-tuner-cclkit-test-absent.so (not found)"),
             "{}",
             e.reason()
         ),
         o => panic!("{o:?}"),
     }
     let w = logs.warnings();
-    assert!(w.iter().any(|m| m.starts_with("TUNER plugin cclkit-test-absent")), "{w:?}");
-    assert!(w.iter().any(|m| m.contains("using the built-in cost model")), "{w:?}");
-    let again = reg.select(None, args(), &mut TunerConstants::default()).expect("again");
+    assert!(
+        w.iter()
+            .any(|m| m.starts_with("TUNER plugin cclkit-test-absent")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter()
+            .any(|m| m.contains("using the built-in cost model")),
+        "{w:?}"
+    );
+    let again = reg
+        .select(None, args(), &mut TunerConstants::default())
+        .expect("again");
     match &again.attempts[0].outcome {
         Outcome::Failed(e) => assert!(matches!(e.cause, Cause::FailedEarlier { .. })),
         o => panic!("{o:?}"),
@@ -260,13 +372,18 @@ fn a_tuner_whose_init_fails_leaves_the_communicator_on_the_built_in_model() {
     let p = Plugins::new();
     let path = p.tuner("bad.so", 5, &["TUNER_INIT_RC=3"]);
     let reg = TunerRegistry::new(config(None, Some(&s(&path))));
-    let sel = reg.select(None, args(), &mut TunerConstants::default()).expect("built-in");
+    let sel = reg
+        .select(None, args(), &mut TunerConstants::default())
+        .expect("built-in");
     assert!(sel.fell_back && sel.tuner.is_none());
     match &sel.attempts[0].outcome {
         Outcome::Failed(e) => match &e.cause {
             Cause::Call(c) => {
                 assert_eq!((c.call, c.code.0), ("init", 3));
-                assert_eq!(c.plugin_message.as_deref(), Some("mock tuner: init failed on purpose (code 3)"));
+                assert_eq!(
+                    c.plugin_message.as_deref(),
+                    Some("mock tuner: init failed on purpose (code 3)")
+                );
             }
             c => panic!("{c:?}"),
         },
@@ -282,11 +399,17 @@ fn a_net_only_library_named_as_tuner_is_unsupported() {
         tuner_plugin: Some(s(&net)),
         ..LoaderConfig::default()
     });
-    let sel = reg.select(None, args(), &mut TunerConstants::default()).expect("built-in");
+    let sel = reg
+        .select(None, args(), &mut TunerConstants::default())
+        .expect("built-in");
     assert!(sel.fell_back);
     match &sel.attempts[0].outcome {
         Outcome::Failed(e) => {
-            assert!(e.reason().contains("(it exports only ncclNetPlugin_v12)"), "{}", e.reason())
+            assert!(
+                e.reason().contains("(it exports only ncclNetPlugin_v12)"),
+                "{}",
+                e.reason()
+            )
         }
         o => panic!("{o:?}"),
     }
@@ -297,9 +420,15 @@ fn the_rust_template_tuner_works_through_its_v6_table() {
     let path = common::rust_plugin("libnccl-tuner-template.so");
     let t = load(&path);
     assert_eq!(t.version(), 6);
-    let mut ctx = t.init(16, 2, 7, NVL, &mut TunerConstants::default()).expect("init");
+    let mut ctx = t
+        .init(16, 2, 7, NVL, &mut TunerConstants::default())
+        .expect("init");
     let mut t21 = table();
     let mut ch = 0;
-    ctx.get_coll_info(Func::ALL_REDUCE, 1 << 20, 1, false, &mut t21, &mut ch).expect("getCollInfo");
-    assert!(t21.iter().zip(table()).all(|(a, b)| b >= 0.0 || *a == -1.0), "never enables -1 entries");
+    ctx.get_coll_info(Func::ALL_REDUCE, 1 << 20, 1, false, &mut t21, &mut ch)
+        .expect("getCollInfo");
+    assert!(
+        t21.iter().zip(table()).all(|(a, b)| b >= 0.0 || *a == -1.0),
+        "never enables -1 entries"
+    );
 }

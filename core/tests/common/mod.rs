@@ -40,7 +40,9 @@ impl Plugins {
         let out = self.path(name);
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
         let status = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
+            .args([
+                "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-o",
+            ])
             .arg(&out)
             .args(sources)
             .args(args)
@@ -69,7 +71,10 @@ impl Plugins {
         self.cc(
             name,
             &[fixture("net_mock.c"), fixture("tuner_mock.c")],
-            &[format!("-DNET_VERSION={net}"), format!("-DTUNER_VERSION={tuner}")],
+            &[
+                format!("-DNET_VERSION={net}"),
+                format!("-DTUNER_VERSION={tuner}"),
+            ],
         )
     }
 
@@ -152,7 +157,11 @@ impl<S: Subscriber> Layer<S> for Capture {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         let mut m = Msg(String::new());
         event.record(&mut m);
-        self.0.0.lock().expect("logs").push((*event.metadata().level(), m.0));
+        self.0
+            .0
+            .lock()
+            .expect("logs")
+            .push((*event.metadata().level(), m.0));
     }
 }
 
