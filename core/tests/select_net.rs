@@ -85,14 +85,15 @@ fn a_missing_plain_name_tries_both_forms_then_falls_back_loudly() {
     );
     assert_eq!(
         e.reason(),
-        "could not load the library; tried: cclkit-test-absent (not found), \
-         libnccl-net-cclkit-test-absent.so (not found)"
+        "could not load the library; tried: cclkit-test-absent (cannot open shared object \
+         file: No such file or directory), libnccl-net-cclkit-test-absent.so (cannot open \
+         shared object file: No such file or directory)"
     );
     assert!(selected(&sel.attempts[1]).name == "cclkit-socket" && sel.attempts[1].builtin);
     let w = logs.warnings();
     assert_eq!(w.len(), 2, "{w:?}");
     assert!(
-        w[0].contains("libnccl-net-cclkit-test-absent.so (not found)")
+        w[0].contains("libnccl-net-cclkit-test-absent.so (cannot open shared object file: No such file or directory)")
             && w[0].contains("falling back to 'built-in cclkit-socket'"),
         "{}",
         w[0]
@@ -128,11 +129,9 @@ fn unset_default_absent_is_not_a_fallback() {
     assert_eq!(e.opens[0].name.as_deref(), Some("libnccl-net.so"));
     assert_eq!(e.opens[0].rule, Rule::Default);
     assert!(logs.warnings().is_empty(), "{:?}", logs.warnings());
-    assert!(
-        logs.at(tracing::Level::INFO)
-            .iter()
-            .any(|m| m.contains("libnccl-net.so (not found)"))
-    );
+    assert!(logs.at(tracing::Level::INFO).iter().any(|m| {
+        m.contains("libnccl-net.so (cannot open shared object file: No such file or directory)")
+    }));
 }
 
 #[test]

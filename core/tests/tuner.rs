@@ -337,7 +337,7 @@ fn a_requested_tuner_that_cannot_load_falls_back_loudly_and_stickily() {
     match &sel.attempts[0].outcome {
         Outcome::Failed(e) => assert!(
             e.reason()
-                .contains("libnccl-tuner-cclkit-test-absent.so (not found)"),
+                .contains("libnccl-tuner-cclkit-test-absent.so (cannot open shared object file: No such file or directory)"),
             "{}",
             e.reason()
         ),

@@ -240,19 +240,23 @@ impl LoadError {
         }
     }
 
-    /// The reason alone, without the "<KIND> plugin <entry>:" prefix.
+    /// The reason alone, without the `KIND plugin ENTRY:` prefix.
     pub fn reason(&self) -> String {
         match &self.cause {
             Cause::NotLoaded => {
                 let tried: Vec<String> = self
                     .opens
                     .iter()
-                    .map(|a| match &a.outcome {
-                        OpenOutcome::NotFound { .. } => {
-                            format!("{} (not found)", a.shown_name())
+                    .map(|a| {
+                        let name = a.shown_name();
+                        match &a.outcome {
+                            // dlerror() text, without the name it starts with.
+                            OpenOutcome::NotFound { error } | OpenOutcome::Failed { error } => {
+                                let e = error.strip_prefix(&format!("{name}: ")).unwrap_or(error);
+                                format!("{name} ({e})")
+                            }
+                            OpenOutcome::Loaded { .. } => format!("{name} (loaded)"),
                         }
-                        OpenOutcome::Failed { error } => format!("{} ({error})", a.shown_name()),
-                        OpenOutcome::Loaded { .. } => format!("{} (loaded)", a.shown_name()),
                     })
                     .collect();
                 format!("could not load the library; tried: {}", tried.join(", "))

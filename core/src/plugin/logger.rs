@@ -1,7 +1,7 @@
 //! The logger handed to plugins: NCCL's `ncclDebugLogger_t`, backed by `tracing`.
 //!
 //! The logger is C-variadic, so `logger.c` formats each message with `vsnprintf` and
-//! calls [`log_sink`] with the finished text. The sink emits a `tracing` event with
+//! calls a Rust sink with the finished text. The sink emits a `tracing` event with
 //! target `nccl::plugin`, NCCL's level and the subsystem bits in the `subsys` field
 //! (see [`crate::log`] for how `NCCL_DEBUG`/`NCCL_DEBUG_SUBSYS` filter them), and keeps
 //! the last WARN of each thread: host adapters quote it in their errors, so a failing

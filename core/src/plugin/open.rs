@@ -95,7 +95,7 @@ mod tests {
         assert!(!e.is_default_absent());
         assert!(
             e.to_string()
-                .contains("libnccl-net-cclkit-nope.so (not found)"),
+                .contains("libnccl-net-cclkit-nope.so (cannot open shared object file: No such file or directory)"),
             "{e}"
         );
     }

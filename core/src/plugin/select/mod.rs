@@ -6,7 +6,7 @@
 //! * [`TunerRegistry`]: `NCCL_TUNER_PLUGIN`, else a tuner inside the net plugin's
 //!   library, else the built-in cost model (tuner.cc `ncclTunerPluginLoad`).
 //!
-//! A registry is a value, not a global: build one from a [`LoaderConfig`] (tests and
+//! A registry is a value, not a global: build one from a [`LoaderConfig`](crate::plugin::LoaderConfig) (tests and
 //! `doctor` build their own), or use [`NetRegistry::global`] for the process.
 //!
 //! What counts as a *fallback* (WARN, and an error under `CCLKIT_STRICT=1`): a plugin
