@@ -220,6 +220,25 @@ fn doctor_reports_a_broken_tuner_and_strict_notes() {
 }
 
 #[test]
+fn doctor_suggests_the_installed_plugin_for_a_typo() {
+    let p = Plugins::new();
+    let installed = p.tuner("libnccl-tuner-template.so", 6, &[]);
+    let dir = s(p.dir.path());
+    let out = cclkit(
+        &["doctor", "--tuner", "tmplate"],
+        &[("LD_LIBRARY_PATH", &dir)],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_has(
+        &text(&out.stdout),
+        &[&format!(
+            "hint: did you mean NCCL_TUNER_PLUGIN=template? ({} is installed)",
+            s(&installed)
+        )],
+    );
+}
+
+#[test]
 fn nccl_debug_info_shows_plugin_messages_by_subsystem() {
     let p = Plugins::new();
     let lib = p.net("m.so", 12, &[]);

@@ -138,6 +138,35 @@ impl Resolver {
         dirs(&self.defaults, "default directory")
     }
 
+    /// Library files whose name starts with `prefix` and ends in `.so`, from
+    /// `LD_LIBRARY_PATH`, the cache and the default directories (name, path), first
+    /// occurrence of each name only. Used to suggest what a mistyped name meant.
+    pub fn files_with_prefix(&self, prefix: &str) -> Vec<(String, PathBuf)> {
+        let mut out: Vec<(String, PathBuf)> = Vec::new();
+        let mut add = |name: String, path: PathBuf| {
+            if name.starts_with(prefix)
+                && name.ends_with(".so")
+                && !out.iter().any(|(n, _)| *n == name)
+            {
+                out.push((name, path));
+            }
+        };
+        for dir in self.ld_library_path.iter().chain(&self.defaults) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if let Some(name) = e.file_name().to_str() {
+                    add(name.to_owned(), e.path());
+                }
+            }
+        }
+        for (name, path) in self.cache.entries() {
+            add(name.to_owned(), path.to_path_buf());
+        }
+        out
+    }
+
     /// Resolves the whole `DT_NEEDED` tree of `path`.
     pub fn dependencies(&self, path: &Path) -> DepReport {
         let mut report = DepReport::default();

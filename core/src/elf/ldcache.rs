@@ -71,6 +71,11 @@ impl LdCache {
             .map(|(_, p)| p.as_path())
     }
 
+    /// Every (name, path) entry, in cache order.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &Path)> {
+        self.entries.iter().map(|(n, p)| (n.as_str(), p.as_path()))
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -12,9 +12,9 @@ use serde::Serialize;
 use super::report::{DeviceReport, FileReport};
 use crate::elf::deps::{Located, Resolver};
 use crate::plugin::config::{Flavor, LoaderConfig, PluginKind};
-use crate::plugin::error::{OpenAttempt, OpenOutcome};
+use crate::plugin::error::{Cause, LoadError, OpenAttempt, OpenOutcome};
 use crate::plugin::net::{CommConfig, NetPlugin};
-use crate::plugin::resolve;
+use crate::plugin::resolve::{self, Rule};
 use crate::plugin::select::{Attempt, NetRegistry, Outcome, TunerArgs, TunerRegistry};
 use crate::plugin::tuner::{CostTable, NvlDomainInfo, TunerConstants, TunerContext};
 
@@ -87,6 +87,8 @@ pub struct Step {
     pub opens: Vec<OpenStep>,
     /// What the loaded (or failing) file contains.
     pub file: Option<FileReport>,
+    /// A likely intended name when nothing was found (a typo).
+    pub hint: Option<String>,
 }
 
 /// One `dlopen` with what the disk says about it.
@@ -186,7 +188,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
                     .iter()
                     .map(|i| format!("NCCL_NET_PLUGIN entry ignored: {i}")),
             );
-            net.steps = steps(&sel.attempts, &resolver);
+            net.steps = steps(&sel.attempts, &resolver, config.flavor);
             net.fell_back = sel.fell_back;
             let p = sel.context.plugin().clone();
             net.chosen = Some(describe_net(&p, sel.devices));
@@ -199,7 +201,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
             chosen_net = Some(p);
         }
         Err(e) => {
-            net.steps = steps(e.attempts(), &resolver);
+            net.steps = steps(e.attempts(), &resolver, config.flavor);
             net.fell_back = true;
             problems.push(format!(
                 "NET: {}",
@@ -227,7 +229,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
     };
     match tuners.select(chosen_net.as_ref(), args, &mut constants) {
         Ok(sel) => {
-            tuner.steps = steps(&sel.attempts, &resolver);
+            tuner.steps = steps(&sel.attempts, &resolver, config.flavor);
             tuner.fell_back = sel.fell_back;
             tuner.chosen = Some(match &sel.tuner {
                 Some(t) => format!(
@@ -253,7 +255,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
             }
         }
         Err(e) => {
-            tuner.steps = steps(e.attempts(), &resolver);
+            tuner.steps = steps(e.attempts(), &resolver, config.flavor);
             tuner.fell_back = true;
         }
     }
@@ -275,6 +277,11 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
             );
         }
     }
+    notes.extend(net.steps.iter().chain(&tuner.steps).filter_map(|st| {
+        st.hint
+            .as_ref()
+            .map(|h| format!("{}: {h}", st.attempt.label))
+    }));
     if config.strict && (net.fell_back || tuner.fell_back) {
         notes.push("CCLKIT_STRICT=1: cclkit would refuse to start with this setup".into());
     }
@@ -308,7 +315,7 @@ fn settings(config: &LoaderConfig) -> Vec<(String, Option<String>)> {
 }
 
 /// Adds what the disk says to each attempt.
-fn steps(attempts: &[Attempt], resolver: &Resolver) -> Vec<Step> {
+fn steps(attempts: &[Attempt], resolver: &Resolver, flavor: Flavor) -> Vec<Step> {
     attempts
         .iter()
         .map(|a| {
@@ -347,13 +354,73 @@ fn steps(attempts: &[Attempt], resolver: &Resolver) -> Vec<Step> {
             let file = file_path
                 .filter(|_| !same_as_net)
                 .and_then(|p| FileReport::inspect(&p, resolver).ok());
+            let hint = match &a.outcome {
+                Outcome::Failed(e) | Outcome::Skipped(e) => suggest(e, flavor, resolver),
+                Outcome::Selected(_) => None,
+            };
             Step {
                 attempt: a.clone(),
                 opens,
                 file,
+                hint,
             }
         })
         .collect()
+}
+
+/// For a plain name that was not found anywhere: the installed plugin whose name is
+/// closest (`NCCL_NET_PLUGIN=ofi` vs `libnccl-net-aws-ofi.so`, a typo, …).
+fn suggest(e: &LoadError, flavor: Flavor, resolver: &Resolver) -> Option<String> {
+    let all_absent = e
+        .opens
+        .iter()
+        .all(|o| o.rule == Rule::PrefixForm || o.rule == Rule::Verbatim)
+        && e.opens
+            .iter()
+            .all(|o| matches!(o.outcome, OpenOutcome::NotFound { .. }));
+    if !matches!(e.cause, Cause::NotLoaded) || !all_absent || e.entry.contains('/') {
+        return None;
+    }
+    let prefix = format!("{}-", resolve::prefix(e.kind, flavor));
+    let want = e.entry.as_str();
+    let (d, name, path) = resolver
+        .files_with_prefix(&prefix)
+        .into_iter()
+        .filter_map(|(file, path)| {
+            let v = file.strip_prefix(&prefix)?.strip_suffix(".so")?.to_owned();
+            Some((distance(want, &v), v, path))
+        })
+        .min_by_key(|(d, _, _)| *d)?;
+    let var = e.kind.env_var();
+    if d == 0 {
+        return Some(format!(
+            "{} exists, but the dynamic linker did not find it: is its directory in \
+             LD_LIBRARY_PATH, or is /etc/ld.so.cache stale (run ldconfig)?",
+            path.display()
+        ));
+    }
+    (d <= (want.len().max(name.len()) / 3).max(2)).then(|| {
+        format!(
+            "did you mean {var}={name}? ({} is installed)",
+            path.display()
+        )
+    })
+}
+
+/// Levenshtein distance (names are short).
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 fn describe_net(p: &NetPlugin, ndev: usize) -> String {
@@ -469,5 +536,18 @@ fn verdict(net: &Section, tuner: &Section, problems: &[String]) -> String {
             .next()
             .unwrap_or(&problems[0]);
         format!("PROBLEM: {first}{more}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distance;
+
+    #[test]
+    fn edit_distance() {
+        assert_eq!(distance("tmplate", "template"), 1);
+        assert_eq!(distance("ofi", "aws-ofi"), 4);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("same", "same"), 0);
     }
 }

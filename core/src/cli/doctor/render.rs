@@ -109,6 +109,9 @@ fn entry(o: &mut String, n: usize, step: &Step) {
             let _ = writeln!(o, "{line}");
         }
     }
+    if let Some(h) = &step.hint {
+        let _ = writeln!(o, "      hint: {h}");
+    }
     if a.builtin && a.label.starts_with("built-in") && !a.label.contains("cost model") {
         let _ = writeln!(
             o,
