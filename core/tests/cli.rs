@@ -104,7 +104,7 @@ fn doctor_on_a_good_setup_explains_every_step_and_exits_zero() {
 #[test]
 fn doctor_on_a_missing_dependency_names_it_and_exits_non_zero() {
     let p = Plugins::new();
-    let dep = p.from_source(
+    let dep = p.c_source(
         "libcclkitdep.so",
         "int cclkit_dep_value(void) { return 7; }\n",
         &[],
@@ -277,7 +277,7 @@ fn info_lists_every_device_and_table() {
     assert_eq!(v["net"]["devices"].as_array().map(Vec::len), Some(3));
     assert_eq!(v["net"]["devices"][1]["guid"], 0x101);
 
-    let nosym = p.from_source("nosym.so", "int cclkit_nothing = 1;\n", &[]);
+    let nosym = p.c_source("nosym.so", "int cclkit_nothing = 1;\n", &[]);
     let out = cclkit(&["info", &s(&nosym)], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_has(

@@ -170,7 +170,7 @@ fn none_or_an_empty_list_means_built_in_only() {
 #[test]
 fn a_file_without_symbols_is_unsupported() {
     let p = Plugins::new();
-    let lib = p.from_source("nosym.so", "int cclkit_nothing = 1;\n", &[]);
+    let lib = p.c_source("nosym.so", "int cclkit_nothing = 1;\n", &[]);
     let (_reg, sel) = select(config(Some(&s(&lib)), None));
     let e = failed(&sel.expect("built-in").attempts[0]).clone();
     match &e.cause {
@@ -192,7 +192,7 @@ fn a_file_without_symbols_is_unsupported() {
 #[test]
 fn only_v5_symbols_name_the_version_found() {
     let p = Plugins::new();
-    let lib = p.from_source(
+    let lib = p.c_source(
         "v5.so",
         "const char ncclNetPlugin_v5[128] = \"old\";\n",
         &[],

@@ -79,7 +79,7 @@ impl Plugins {
     }
 
     /// A library from inline C source.
-    pub fn from_source(&self, name: &str, source: &str, args: &[String]) -> PathBuf {
+    pub fn c_source(&self, name: &str, source: &str, args: &[String]) -> PathBuf {
         let src = self.path(&format!("{name}.c"));
         std::fs::write(&src, source).expect("write source");
         self.cc(name, &[src], args)
@@ -103,8 +103,8 @@ fn call<T>(path: &Path, fn_name: &str, what: &str) -> T {
 }
 
 /// A counter of the mock net plugin at `path` (which must be loaded).
-pub fn counter(path: &Path, what: &str) -> i64 {
-    call::<c_long>(path, "mock_counter", what) as i64
+pub fn counter(path: &Path, what: &str) -> c_long {
+    call::<c_long>(path, "mock_counter", what)
 }
 
 /// A value recorded by the mock tuner at `path` (which must be loaded).
