@@ -177,8 +177,12 @@ impl Drop for Plugin {
 }
 
 /// Keeps `WINDOW` operations of `size` bytes in flight until `count` are done.
+/// Keeps `WINDOW` operations in flight until `count` are done, testing the oldest
+/// one each round like NCCL's proxy (which polls steps in order) and yielding when
+/// it is not done yet.
 fn stream(p: &Plugin, bufs: &mut [Vec<u8>], count: usize, sending: bool) {
-    let mut inflight: Vec<(Ptr, usize)> = Vec::with_capacity(WINDOW);
+    let mut inflight: std::collections::VecDeque<Ptr> =
+        std::collections::VecDeque::with_capacity(WINDOW);
     let (mut posted, mut done) = (0, 0);
     while done < count {
         while posted < count && inflight.len() < WINDOW {
@@ -188,14 +192,15 @@ fn stream(p: &Plugin, bufs: &mut [Vec<u8>], count: usize, sending: bool) {
             } else {
                 p.irecv(&mut bufs[slot])
             };
-            inflight.push((req, slot));
+            inflight.push_back(req);
             posted += 1;
         }
-        let before = inflight.len();
-        inflight.retain(|&(req, _)| !p.test(req));
-        done += before - inflight.len();
-        if before == inflight.len() {
-            std::thread::yield_now();
+        match inflight.front() {
+            Some(&req) if p.test(req) => {
+                inflight.pop_front();
+                done += 1;
+            }
+            _ => std::thread::yield_now(),
         }
     }
 }
