@@ -161,7 +161,8 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push_back(task);
-        lane % self.bells.len()
+        // `start` gives a comm with lanes at least one helper thread.
+        lane % self.bells.len().max(1)
     }
 
     /// Rings the doorbells of the helper threads in `mask` (bit i = thread i).
