@@ -44,6 +44,7 @@ use super::symbols::{self, Family};
 
 mod comm;
 mod context;
+mod post;
 mod props;
 mod request;
 pub(crate) mod table;
