@@ -14,6 +14,38 @@
 //! | [`logger`] | the C-variadic `ncclDebugLogger_t` → `tracing` |
 //!
 //! Every `extern "C"` function on the host side lives under this module.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use cclkit::plugin::net::CommConfig;
+//! use cclkit::plugin::select::NetRegistry;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // NCCL_NET_PLUGIN, NCCL_NET, CCLKIT_STRICT, … read once; each failed plugin is
+//! // reported at WARN with its reason before the walk moves on.
+//! let sel = NetRegistry::global().select(0x1234, CommConfig::default())?;
+//! let ctx = sel.context; // finalized when it and its comms are dropped
+//! let (handle, mut listen) = ctx.listen(0)?; // ship `handle` to the peer
+//! let mut connecting = ctx.connect(0, &handle); // the peer's handle, in real use
+//! let (mut send, mut recv) = (None, None);
+//! while send.is_none() || recv.is_none() {
+//!     if send.is_none() {
+//!         send = connecting.poll()?; // non-blocking: None = call again
+//!     }
+//!     if recv.is_none() {
+//!         recv = listen.accept()?;
+//!     }
+//! }
+//! # let _ = (send, recv);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Then `SendComm::isend` / `RecvComm::irecv` return `Option<Request>` (`None` =
+//! post again later) and `comm.test(&mut request)` returns `Some(sizes)` when done.
+//! Every error is a [`CallError`] naming the call, the plugin, its version, the raw
+//! `ncclResult_t` and the plugin's own last WARN message.
 
 // `LoadError` carries the whole attempt history by design (doctor prints it); it is
 // only built on cold paths, so its size in `Result` does not matter.
