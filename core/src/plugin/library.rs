@@ -33,9 +33,10 @@ struct Inner {
 pub struct OpenError {
     /// `dlerror()` text.
     pub message: String,
-    /// True when the file itself was not found, as NCCL decides it (plugin_open.cc:
-    /// the error names the file and says "No such file or directory"); false when the
-    /// file exists but cannot be loaded (missing dependency, wrong architecture, …).
+    /// True when the file itself was not found (the error starts with the name and
+    /// says "No such file or directory"; NCCL's plugin_open.cc uses a looser test of
+    /// the same text); false when the file exists but cannot be loaded (missing
+    /// dependency, wrong architecture, undefined symbol, …).
     pub not_found: bool,
 }
 
@@ -55,7 +56,9 @@ impl Library {
         // plugin loader and the caller chose the name. No Rust invariant depends on it.
         let lib = unsafe { RawLibrary::open(name, flags) }.map_err(|e| {
             let message = dl_message(&e);
-            let not_found = name.is_some_and(|n| message.contains(n))
+            // glibc reports a missing file as "<name>: cannot open shared object file:
+            // No such file or directory"; a missing *dependency* names the dependency.
+            let not_found = name.is_some_and(|n| message.starts_with(&format!("{n}: ")))
                 && message.contains("No such file or directory");
             OpenError { message, not_found }
         })?;
