@@ -98,8 +98,9 @@ pub unsafe fn send_now(
     }
 }
 
-/// Posts one receive of `cap` bytes and one send of `len`; returns the receive's
-/// and the send's outcomes.
+/// Posts one receive of `cap` bytes and one send of `len` (to the peer, which may
+/// be this process), testing both round-robin until each has finished; returns the
+/// receive's and the send's outcomes.
 pub fn truncate(
     p: &Plugin,
     send: Ptr,
@@ -109,32 +110,32 @@ pub fn truncate(
 ) -> (NcclResult, NcclResult) {
     let mut rbuf = vec![0u8; cap];
     let mut sbuf = pattern(1, 2, len);
-    // SAFETY: both buffers outlive the requests (waited on below).
-    let rreq = unsafe {
-        p.irecv(
-            recv,
-            &[(rbuf.as_mut_ptr(), cap)],
-            &[0],
-            &[std::ptr::null_mut()],
-        )
-    }
-    .unwrap();
+    // SAFETY: both buffers outlive the requests (finished below).
+    let rreq = unsafe { p.irecv(recv, &[(rbuf.as_mut_ptr(), cap)], &[0], &[null_mut()]) }.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    let sres = loop {
-        // SAFETY: as above.
-        match unsafe { p.isend(send, sbuf.as_mut_ptr(), len, 0, std::ptr::null_mut()) } {
-            Ok(r) if r.is_null() => {
-                let mut sizes = [0; 64];
-                assert!(!p.test(rreq, &mut sizes).unwrap_or(false));
-                assert!(Instant::now() < deadline);
-            }
-            Ok(r) => break wait_one(p, r, Duration::from_secs(60)).map(|_| ()),
-            Err(e) => break Err(e),
-        }
+    let (mut rres, mut sres): (Option<NcclResult>, Option<NcclResult>) = (None, None);
+    let mut sreq: Ptr = null_mut();
+    let outcome = |r: Result<bool, NcclResult>| match r {
+        Ok(true) => Some(NcclResult::SUCCESS),
+        Ok(false) => None,
+        Err(e) => Some(e),
     };
-    let rres = wait_one(p, rreq, Duration::from_secs(60)).map(|_| ());
-    (
-        rres.err().unwrap_or(NcclResult::SUCCESS),
-        sres.err().unwrap_or(NcclResult::SUCCESS),
-    )
+    while rres.is_none() || sres.is_none() {
+        assert!(Instant::now() < deadline, "truncation exchange stuck");
+        if sres.is_none() && sreq.is_null() {
+            // SAFETY: as above.
+            match unsafe { p.isend(send, sbuf.as_mut_ptr(), len, 0, null_mut()) } {
+                Ok(r) => sreq = r,
+                Err(e) => sres = Some(e),
+            }
+        }
+        let mut sizes = [0; 64];
+        if sres.is_none() && !sreq.is_null() {
+            sres = outcome(p.test(sreq, &mut sizes));
+        }
+        if rres.is_none() {
+            rres = outcome(p.test(rreq, &mut sizes));
+        }
+    }
+    (rres.unwrap_or_default(), sres.unwrap_or_default())
 }

@@ -12,7 +12,7 @@ use cclkit_abi::raw::common::NcclResult;
 
 use super::child::{Child, hear, hex, say, unhex};
 use super::script::{exchange, grouped, singles};
-use super::{Plugin, Ptr, SIZES, Ver, pattern, send_now};
+use super::{Plugin, Ptr, SIZES, Ver, pattern, send_now, truncate};
 
 const SETUP: Duration = Duration::from_secs(30);
 const RUN: Duration = Duration::from_secs(120);
@@ -76,6 +76,26 @@ pub fn run(role: &str) {
                     RUN,
                 );
             }
+            // A message larger than the receive fails it, on both processes, and the
+            // next messages still arrive intact. The sender only knows when the peer
+            // receives in grouped mode.
+            let (rcv, snd) = truncate(&p, send, recv, 10, 100_000);
+            assert_eq!(rcv, NcclResult::INVALID_USAGE, "truncated receive");
+            assert!(
+                matches!(snd, NcclResult::SUCCESS | NcclResult::INVALID_USAGE),
+                "{snd:?}"
+            );
+            exchange(
+                &p,
+                send,
+                recv,
+                &singles(&[7, 1 << 20]),
+                seed,
+                me,
+                1 - me,
+                4,
+                RUN,
+            );
             // Both sides finish before either closes: the last receives need the peer.
             say("DONE");
             assert_eq!(hear(), "CLOSE");
