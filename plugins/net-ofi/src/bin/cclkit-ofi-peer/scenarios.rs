@@ -323,12 +323,18 @@ pub fn stream(abi: Abi, sender: bool, size: usize, iters: usize, window: usize) 
                 inflight.push_back((k, req));
                 posted += 1;
             }
-            // Completion is in order per comm; test the oldest first.
+            // Completion is in order per comm; test the oldest first. Like NCCL's
+            // proxy thread, yield the CPU when a pass made no progress.
+            let mut progressed = false;
             if let Some(&(_, req)) = inflight.front() {
                 if link.net.test(req, 1)?.is_some() {
                     inflight.pop_front();
                     done += 1;
+                    progressed = true;
                 }
+            }
+            if !progressed {
+                std::thread::yield_now();
             }
             check_deadline(deadline, phase)?;
         }
