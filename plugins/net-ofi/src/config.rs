@@ -4,7 +4,7 @@
 //! | --- | --- | --- |
 //! | `CCLKIT_OFI_PROVIDER` | efa, other RDM+TAGGED providers, never `sockets` | comma list of providers in preference order (`shm`, `tcp;ofi_rxm,shm`); `tcp` also matches `tcp;ofi_rxm` |
 //! | `CCLKIT_OFI_IFACE` | all domains but loopback | comma list of domains (NICs) to use, e.g. `lo` or `efa_0-rdm` |
-//! | `CCLKIT_OFI_ADDR` | the domain's own address | node address each endpoint binds to (`fi_getinfo(node, FI_SOURCE)`) |
+//! | `CCLKIT_OFI_ADDR` | the domain's own address | node address IP-based endpoints bind to (`fi_getinfo(node, FI_SOURCE)`) |
 //! | `CCLKIT_OFI_MAX_RECVS` | 8 | most buffers in one grouped `irecv` (1–8) |
 //! | `CCLKIT_OFI_LIVENESS_MS` | 1000 | idle time before a waiting comm checks its peer; 0 disables |
 //! | `CCLKIT_OFI_LIVENESS_PROC` | 1 | 0 skips the same-host `/proc` check (then only pings detect a dead peer) |

@@ -229,10 +229,13 @@ fn devices_of(
         let layout = TagLayout::new(i.tag_bits()).ok_or_else(|| {
             Error::internal(format!("matches only {} tag bits, 58 needed", i.tag_bits()))
         })?;
-        let bind_node = cfg
-            .addr
-            .clone()
-            .or_else(|| is_ip(i.addr_format()).then(|| ip_of(i)).flatten());
+        // Only IP-addressed providers bind to a node address (efa and shm have
+        // their own address formats).
+        let bind_node = if is_ip(i.addr_format()) {
+            cfg.addr.clone().or_else(|| ip_of(i))
+        } else {
+            None
+        };
         out.push(DeviceDesc {
             hmem: hmem
                 .iter()
