@@ -1,6 +1,7 @@
 //! Failure paths: init with no usable provider, a peer that dies mid-transfer,
-//! truncation, closing comms with requests in flight (one process connected to
-//! itself), on `tcp;ofi_rxm` and `shm`.
+//! an idle peer, truncation, and one process connected to itself (two threads on
+//! one connection, four comm pairs busy at once with the same NCCL tags on one
+//! endpoint, closing comms with requests in flight), on `tcp;ofi_rxm` and `shm`.
 
 mod common;
 

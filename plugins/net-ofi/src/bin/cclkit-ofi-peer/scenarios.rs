@@ -98,14 +98,11 @@ pub fn transfer(abi: Abi, sender: bool, seed: u64, rounds: usize) -> R<()> {
 /// One process connected to itself: both directions at once, a truncated
 /// receive, MR re-registration, and closing comms with requests in flight.
 pub fn loopback(abi: Abi, seed: u64, truncate: bool) -> R<()> {
-    let net = Net::init(abi)?;
-    let mut handle = [0u8; 128];
-    let listen = net.listen(0, &mut handle)?;
-    let l = join(net, listen, handle)?;
+    let l = self_link(abi)?;
     let msgs = messages(seed, 1);
-    // Receives first (this process must post both sides itself).
     let single: Vec<Vec<Msg>> = msgs.iter().map(|m| vec![*m]).collect();
     interleave(&l, seed, &single, &msgs)?;
+    many_comms(abi, seed)?;
 
     // The same buffer registered twice (MR cache) and freed twice.
     let mut buf = vec![0u8; 1 << 20];
@@ -164,6 +161,43 @@ fn truncation(l: &Link) -> R<()> {
     say(&format!("TRUNCATED {msg}"));
     // A send still in flight stays with the endpoint until it closes.
     Ok(())
+}
+
+/// A connection pair from this process to itself (a communicator of its own on v12).
+fn self_link(abi: Abi) -> R<Link> {
+    let net = Net::init(abi)?;
+    let mut handle = [0u8; 128];
+    let listen = net.listen(0, &mut handle)?;
+    join(net, listen, handle)
+}
+
+/// Four comm pairs on the one endpoint, all busy at once with the same NCCL
+/// tags: each comm's data must land only in that comm (per-comm tag space).
+fn many_comms(abi: Abi, seed: u64) -> R<()> {
+    let links = (0..4).map(|_| self_link(abi)).collect::<R<Vec<_>>>()?;
+    let plans: Vec<(Vec<Vec<Msg>>, Vec<Msg>)> = (0..links.len() as u64)
+        .map(|c| {
+            let send: Vec<Msg> = (0..24u64)
+                .map(|i| Msg {
+                    id: 50_000 + c * 1000 + i,
+                    size: [1, 4095, 65536 + 3][(i % 3) as usize],
+                    tag: (i % 2) as i32,
+                })
+                .collect();
+            (send.iter().map(|m| vec![*m]).collect(), send)
+        })
+        .collect();
+    std::thread::scope(|s| {
+        let runs: Vec<_> = links
+            .iter()
+            .zip(&plans)
+            .map(|(l, (recv, send))| s.spawn(move || interleave(l, seed, recv, send)))
+            .collect();
+        runs.into_iter()
+            .map(|h| h.join().map_err(|_| "comm thread panicked".to_string())?)
+            .collect::<R<Vec<()>>>()
+    })?;
+    links.into_iter().try_for_each(flows::close)
 }
 
 /// Posts `recv` groups and `send` messages on one link at the same time.
