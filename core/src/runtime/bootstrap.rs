@@ -37,7 +37,11 @@ pub fn timeout_from_env() -> Result<Duration> {
             .ok()
             .filter(|s| *s > 0.0 && s.is_finite())
             .map(Duration::from_secs_f64)
-            .ok_or_else(|| Error::invalid_argument(format!("CCLKIT_BOOTSTRAP_TIMEOUT={v} is not a positive number of seconds"))),
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "CCLKIT_BOOTSTRAP_TIMEOUT={v} is not a positive number of seconds"
+                ))
+            }),
         Err(_) => Ok(DEFAULT_TIMEOUT),
     }
 }
@@ -62,10 +66,17 @@ impl fmt::Display for UniqueId {
 impl FromStr for UniqueId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::invalid_argument(format!("'{s}' is not a cclkit unique id (cclkit1:ADDR:PORT:MAGIC)"));
+        let bad = || {
+            Error::invalid_argument(format!(
+                "'{s}' is not a cclkit unique id (cclkit1:ADDR:PORT:MAGIC)"
+            ))
+        };
         let rest = s.trim().strip_prefix("cclkit1:").ok_or_else(bad)?;
         let (addr, magic) = rest.rsplit_once(':').ok_or_else(bad)?;
-        Ok(Self { root: addr.parse().map_err(|_| bad())?, magic: u64::from_str_radix(magic, 16).map_err(|_| bad())? })
+        Ok(Self {
+            root: addr.parse().map_err(|_| bad())?,
+            magic: u64::from_str_radix(magic, 16).map_err(|_| bad())?,
+        })
     }
 }
 
@@ -73,7 +84,11 @@ impl FromStr for UniqueId {
 pub fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.write_u32(std::process::id());
     h.finish()
 }
@@ -81,11 +96,22 @@ pub fn random_u64() -> u64 {
 /// The local address used to reach `peer` (no packet is sent: a UDP `connect` only
 /// asks the kernel for the route). Falls back to loopback when there is no route.
 pub fn local_ip_towards(peer: IpAddr) -> IpAddr {
-    let any = SocketAddr::new(if peer.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() }, 0);
+    let any = SocketAddr::new(
+        if peer.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        },
+        0,
+    );
     UdpSocket::bind(any)
         .and_then(|s| s.connect((peer, 9)).and_then(|()| s.local_addr()))
         .map(|a| a.ip())
-        .unwrap_or(if peer.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { peer })
+        .unwrap_or(if peer.is_ipv4() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            peer
+        })
 }
 
 // ---- framing --------------------------------------------------------------------
@@ -125,7 +151,8 @@ fn write_frame(s: &mut TcpStream, magic: u64, f: &Frame) -> std::io::Result<()> 
 /// connection and logs it).
 fn read_frame(s: &mut TcpStream, magic: u64) -> Result<Option<Frame>> {
     let mut h = [0u8; HEADER];
-    s.read_exact(&mut h).map_err(|e| Error::io("bootstrap read", e))?;
+    s.read_exact(&mut h)
+        .map_err(|e| Error::io("bootstrap read", e))?;
     let le64 = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
     let le32 = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap_or([0; 4]));
     if le64(&h[0..8]) != magic {
@@ -136,15 +163,27 @@ fn read_frame(s: &mut TcpStream, magic: u64) -> Result<Option<Frame>> {
         2 => Kind::Table,
         3 => Kind::Abort,
         4 => Kind::Data,
-        k => return Err(Error::internal(format!("bootstrap: unknown message kind {k}"))),
+        k => {
+            return Err(Error::internal(format!(
+                "bootstrap: unknown message kind {k}"
+            )));
+        }
     };
     let len = le32(&h[21..25]) as usize;
     if len > MAX_MESSAGE {
-        return Err(Error::internal(format!("bootstrap: message of {len} bytes exceeds {MAX_MESSAGE}")));
+        return Err(Error::internal(format!(
+            "bootstrap: message of {len} bytes exceeds {MAX_MESSAGE}"
+        )));
     }
     let mut payload = vec![0u8; len];
-    s.read_exact(&mut payload).map_err(|e| Error::io("bootstrap read", e))?;
-    Ok(Some(Frame { kind, from: le32(&h[9..13]), tag: le64(&h[13..21]), payload }))
+    s.read_exact(&mut payload)
+        .map_err(|e| Error::io("bootstrap read", e))?;
+    Ok(Some(Frame {
+        kind,
+        from: le32(&h[9..13]),
+        tag: le64(&h[13..21]),
+        payload,
+    }))
 }
 
 /// Accepts one connection before `deadline` (polling a non-blocking listener).
@@ -152,10 +191,15 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> Result<Option<(TcpStream,
     loop {
         match l.accept() {
             Ok((s, a)) => {
-                s.set_nonblocking(false).map_err(|e| Error::io("bootstrap accept", e))?;
-                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
-                s.set_read_timeout(Some(left)).map_err(|e| Error::io("bootstrap accept", e))?;
-                s.set_write_timeout(Some(left)).map_err(|e| Error::io("bootstrap accept", e))?;
+                s.set_nonblocking(false)
+                    .map_err(|e| Error::io("bootstrap accept", e))?;
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(100));
+                s.set_read_timeout(Some(left))
+                    .map_err(|e| Error::io("bootstrap accept", e))?;
+                s.set_write_timeout(Some(left))
+                    .map_err(|e| Error::io("bootstrap accept", e))?;
                 return Ok(Some((s, a)));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -173,11 +217,15 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> Result<Option<(TcpStream,
 fn connect_until(addr: SocketAddr, deadline: Instant, what: &str) -> Result<TcpStream> {
     let mut last = None;
     while Instant::now() < deadline {
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(50));
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(50));
         match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
             Ok(s) => {
-                s.set_read_timeout(Some(left)).map_err(|e| Error::io(what, e))?;
-                s.set_write_timeout(Some(left)).map_err(|e| Error::io(what, e))?;
+                s.set_read_timeout(Some(left))
+                    .map_err(|e| Error::io(what, e))?;
+                s.set_write_timeout(Some(left))
+                    .map_err(|e| Error::io(what, e))?;
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
@@ -205,9 +253,14 @@ impl BootstrapRoot {
     /// Listens on `bind` (port 0 = any) and gathers one communicator's ranks in a
     /// thread. Returns the id to hand to every rank.
     pub fn start(bind: SocketAddr, magic: u64, timeout: Duration) -> Result<(UniqueId, Self)> {
-        let listener = TcpListener::bind(bind).map_err(|e| Error::io(format!("bootstrap root: bind {bind}"), e))?;
-        listener.set_nonblocking(true).map_err(|e| Error::io("bootstrap root", e))?;
-        let mut root = listener.local_addr().map_err(|e| Error::io("bootstrap root", e))?;
+        let listener = TcpListener::bind(bind)
+            .map_err(|e| Error::io(format!("bootstrap root: bind {bind}"), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("bootstrap root", e))?;
+        let mut root = listener
+            .local_addr()
+            .map_err(|e| Error::io("bootstrap root", e))?;
         if root.ip().is_unspecified() {
             root.set_ip(local_ip_towards(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))));
         }
@@ -215,14 +268,20 @@ impl BootstrapRoot {
             .name("cclkit-bootstrap-root".into())
             .spawn(move || gather(listener, magic, timeout))
             .map_err(|e| Error::system(format!("bootstrap root: spawn: {e}")))?;
-        Ok((UniqueId { root, magic }, Self { thread: Some(thread) }))
+        Ok((
+            UniqueId { root, magic },
+            Self {
+                thread: Some(thread),
+            },
+        ))
     }
 
     /// Waits for the gathering to finish and returns its outcome.
     pub fn join(mut self) -> Result<()> {
-        self.thread
-            .take()
-            .map_or(Ok(()), |t| t.join().unwrap_or_else(|_| Err(Error::internal("bootstrap root thread panicked"))))
+        self.thread.take().map_or(Ok(()), |t| {
+            t.join()
+                .unwrap_or_else(|_| Err(Error::internal("bootstrap root thread panicked")))
+        })
     }
 }
 
@@ -241,13 +300,27 @@ fn gather(listener: TcpListener, magic: u64, timeout: Duration) -> Result<()> {
     let abort = |joined: &mut Vec<Option<(TcpStream, Vec<u8>)>>, msg: String| {
         tracing::warn!(target: "cclkit::bootstrap", "{msg}");
         for (s, _) in joined.iter_mut().flatten() {
-            let _ = write_frame(s, magic, &Frame { kind: Kind::Abort, from: u32::MAX, tag: 0, payload: msg.clone().into_bytes() });
+            let _ = write_frame(
+                s,
+                magic,
+                &Frame {
+                    kind: Kind::Abort,
+                    from: u32::MAX,
+                    tag: 0,
+                    payload: msg.clone().into_bytes(),
+                },
+            );
         }
         Err(Error::invalid_usage(msg))
     };
     while nranks.is_none_or(|n| joined.iter().flatten().count() < n) {
         let Some((mut s, peer)) = accept_until(&listener, deadline)? else {
-            let missing: Vec<usize> = joined.iter().enumerate().filter(|(_, j)| j.is_none()).map(|(r, _)| r).collect();
+            let missing: Vec<usize> = joined
+                .iter()
+                .enumerate()
+                .filter(|(_, j)| j.is_none())
+                .map(|(r, _)| r)
+                .collect();
             return abort(
                 &mut joined,
                 match nranks {
@@ -278,13 +351,24 @@ fn gather(listener: TcpListener, magic: u64, timeout: Duration) -> Result<()> {
             }
             Some(n) if n != their_n => {
                 joined.push(Some((s, Vec::new())));
-                return abort(&mut joined, format!("bootstrap root: rank {rank} says nranks={their_n}, earlier ranks said {n}"));
+                return abort(
+                    &mut joined,
+                    format!(
+                        "bootstrap root: rank {rank} says nranks={their_n}, earlier ranks said {n}"
+                    ),
+                );
             }
             Some(_) => {}
         }
         if rank >= joined.len() || joined[rank].is_some() {
             joined.push(Some((s, Vec::new())));
-            return abort(&mut joined, format!("bootstrap root: rank {rank} joined twice or is outside 0..{}", nranks.unwrap_or(0)));
+            return abort(
+                &mut joined,
+                format!(
+                    "bootstrap root: rank {rank} joined twice or is outside 0..{}",
+                    nranks.unwrap_or(0)
+                ),
+            );
         }
         joined[rank] = Some((s, hello.payload[4..].to_vec()));
     }
@@ -295,8 +379,17 @@ fn gather(listener: TcpListener, magic: u64, timeout: Duration) -> Result<()> {
         table.extend_from_slice(addr);
     }
     for (rank, (s, _)) in joined.iter_mut().flatten().enumerate() {
-        write_frame(s, magic, &Frame { kind: Kind::Table, from: u32::MAX, tag: 0, payload: table.clone() })
-            .map_err(|e| Error::io(format!("bootstrap root: send table to rank {rank}"), e))?;
+        write_frame(
+            s,
+            magic,
+            &Frame {
+                kind: Kind::Table,
+                from: u32::MAX,
+                tag: 0,
+                payload: table.clone(),
+            },
+        )
+        .map_err(|e| Error::io(format!("bootstrap root: send table to rank {rank}"), e))?;
     }
     Ok(())
 }
@@ -323,29 +416,54 @@ impl Bootstrap {
     /// Joins the communicator named by `id` as `rank` of `nranks`.
     pub fn init(id: &UniqueId, rank: usize, nranks: usize, timeout: Duration) -> Result<Self> {
         if rank >= nranks {
-            return Err(Error::invalid_argument(format!("rank {rank} is not below nranks {nranks}")));
+            return Err(Error::invalid_argument(format!(
+                "rank {rank} is not below nranks {nranks}"
+            )));
         }
         let deadline = Instant::now() + timeout;
         let ip = match std::env::var("CCLKIT_BOOTSTRAP_IP") {
-            Ok(v) => v.parse().map_err(|_| Error::invalid_argument(format!("CCLKIT_BOOTSTRAP_IP={v} is not an IP")))?,
+            Ok(v) => v.parse().map_err(|_| {
+                Error::invalid_argument(format!("CCLKIT_BOOTSTRAP_IP={v} is not an IP"))
+            })?,
             Err(_) => local_ip_towards(id.root.ip()),
         };
-        let listener = TcpListener::bind((ip, 0)).map_err(|e| Error::io(format!("bootstrap: bind {ip}"), e))?;
-        listener.set_nonblocking(true).map_err(|e| Error::io("bootstrap listen", e))?;
-        let me = listener.local_addr().map_err(|e| Error::io("bootstrap listen", e))?;
+        let listener = TcpListener::bind((ip, 0))
+            .map_err(|e| Error::io(format!("bootstrap: bind {ip}"), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("bootstrap listen", e))?;
+        let me = listener
+            .local_addr()
+            .map_err(|e| Error::io("bootstrap listen", e))?;
 
         let what = format!("rank {rank}: bootstrap root {}", id.root);
         let mut root = connect_until(id.root, deadline, &what)?;
         let mut hello = (nranks as u32).to_le_bytes().to_vec();
         hello.extend_from_slice(me.to_string().as_bytes());
-        write_frame(&mut root, id.magic, &Frame { kind: Kind::Hello, from: rank as u32, tag: 0, payload: hello })
-            .map_err(|e| Error::io(&what, e))?;
+        write_frame(
+            &mut root,
+            id.magic,
+            &Frame {
+                kind: Kind::Hello,
+                from: rank as u32,
+                tag: 0,
+                payload: hello,
+            },
+        )
+        .map_err(|e| Error::io(&what, e))?;
         let table = match read_frame(&mut root, id.magic) {
             Ok(Some(f)) if f.kind == Kind::Table => f.payload,
             Ok(Some(f)) if f.kind == Kind::Abort => {
-                return Err(Error::invalid_usage(format!("rank {rank}: {}", String::from_utf8_lossy(&f.payload))));
+                return Err(Error::invalid_usage(format!(
+                    "rank {rank}: {}",
+                    String::from_utf8_lossy(&f.payload)
+                )));
             }
-            Ok(_) => return Err(Error::invalid_usage(format!("{what}: unexpected answer (wrong unique id?)"))),
+            Ok(_) => {
+                return Err(Error::invalid_usage(format!(
+                    "{what}: unexpected answer (wrong unique id?)"
+                )));
+            }
             Err(e) if e.code() == cclkit_abi::raw::common::NcclResult::TIMEOUT => {
                 return Err(Error::timeout(format!(
                     "{what}: timed out after {timeout:?} waiting for all {nranks} ranks to join (CCLKIT_BOOTSTRAP_TIMEOUT); \
@@ -359,7 +477,15 @@ impl Bootstrap {
             }
         };
         let peers = parse_table(&table, nranks)?;
-        Ok(Self { rank, peers, magic: id.magic, timeout, listener, unexpected: Mutex::new(VecDeque::new()), seq: AtomicU64::new(0) })
+        Ok(Self {
+            rank,
+            peers,
+            magic: id.magic,
+            timeout,
+            listener,
+            unexpected: Mutex::new(VecDeque::new()),
+            seq: AtomicU64::new(0),
+        })
     }
 
     /// This rank.
@@ -384,11 +510,23 @@ impl Bootstrap {
 
     /// Sends `data` to `peer` under `tag` (a fresh connection per message).
     pub fn send(&self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
-        let addr = *self.peers.get(peer).ok_or_else(|| Error::invalid_argument(format!("bootstrap: no rank {peer}")))?;
+        let addr = *self
+            .peers
+            .get(peer)
+            .ok_or_else(|| Error::invalid_argument(format!("bootstrap: no rank {peer}")))?;
         let what = format!("rank {}: bootstrap send to rank {peer}", self.rank);
         let mut s = connect_until(addr, Instant::now() + self.timeout, &what)?;
-        write_frame(&mut s, self.magic, &Frame { kind: Kind::Data, from: self.rank as u32, tag, payload: data.to_vec() })
-            .map_err(|e| Error::io(&what, e))
+        write_frame(
+            &mut s,
+            self.magic,
+            &Frame {
+                kind: Kind::Data,
+                from: self.rank as u32,
+                tag,
+                payload: data.to_vec(),
+            },
+        )
+        .map_err(|e| Error::io(&what, e))
     }
 
     /// Receives the message `peer` sent under `tag`, waiting up to the bootstrap timeout.
@@ -396,7 +534,10 @@ impl Bootstrap {
         let deadline = Instant::now() + self.timeout;
         let mut pending = self.unexpected.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some(i) = pending.iter().position(|f| f.from as usize == peer && f.tag == tag) {
+            if let Some(i) = pending
+                .iter()
+                .position(|f| f.from as usize == peer && f.tag == tag)
+            {
                 return Ok(pending.remove(i).map(|f| f.payload).unwrap_or_default());
             }
             let Some((mut s, from)) = accept_until(&self.listener, deadline)? else {
@@ -407,8 +548,12 @@ impl Bootstrap {
             };
             match read_frame(&mut s, self.magic) {
                 Ok(Some(f)) if f.kind == Kind::Data => pending.push_back(f),
-                Ok(_) => tracing::warn!(target: "cclkit::bootstrap", "rank {}: dropped a bootstrap connection from {from} with a wrong magic (another job?)", self.rank),
-                Err(e) => tracing::warn!(target: "cclkit::bootstrap", "rank {}: dropped a bootstrap connection from {from}: {e}", self.rank),
+                Ok(_) => {
+                    tracing::warn!(target: "cclkit::bootstrap", "rank {}: dropped a bootstrap connection from {from} with a wrong magic (another job?)", self.rank)
+                }
+                Err(e) => {
+                    tracing::warn!(target: "cclkit::bootstrap", "rank {}: dropped a bootstrap connection from {from}: {e}", self.rank)
+                }
             }
         }
     }
@@ -446,13 +591,22 @@ fn parse_table(mut t: &[u8], nranks: usize) -> Result<Vec<SocketAddr>> {
     let mut out = Vec::with_capacity(nranks);
     while t.len() >= 4 {
         let len = u32::from_le_bytes(t[0..4].try_into().unwrap_or([0; 4])) as usize;
-        let s = t.get(4..4 + len).ok_or_else(|| Error::internal("bootstrap: truncated address table"))?;
-        let s = std::str::from_utf8(s).map_err(|_| Error::internal("bootstrap: bad address table"))?;
-        out.push(s.parse().map_err(|_| Error::internal(format!("bootstrap: bad address {s}")))?);
+        let s = t
+            .get(4..4 + len)
+            .ok_or_else(|| Error::internal("bootstrap: truncated address table"))?;
+        let s =
+            std::str::from_utf8(s).map_err(|_| Error::internal("bootstrap: bad address table"))?;
+        out.push(
+            s.parse()
+                .map_err(|_| Error::internal(format!("bootstrap: bad address {s}")))?,
+        );
         t = &t[4 + len..];
     }
     if out.len() != nranks {
-        return Err(Error::internal(format!("bootstrap: table has {} ranks, expected {nranks}", out.len())));
+        return Err(Error::internal(format!(
+            "bootstrap: table has {} ranks, expected {nranks}",
+            out.len()
+        )));
     }
     Ok(out)
 }
@@ -467,10 +621,16 @@ mod tests {
 
     #[test]
     fn unique_id_round_trips_as_text() {
-        let id = UniqueId { root: "10.1.2.3:4567".parse().unwrap(), magic: 0xdead_beef_0123 };
+        let id = UniqueId {
+            root: "10.1.2.3:4567".parse().unwrap(),
+            magic: 0xdead_beef_0123,
+        };
         assert_eq!(id.to_string().parse::<UniqueId>().unwrap(), id);
         assert!("cclkit1:nonsense".parse::<UniqueId>().is_err());
-        let v6 = UniqueId { root: "[::1]:80".parse().unwrap(), magic: 7 };
+        let v6 = UniqueId {
+            root: "[::1]:80".parse().unwrap(),
+            magic: 7,
+        };
         assert_eq!(v6.to_string().parse::<UniqueId>().unwrap(), v6);
     }
 
@@ -506,28 +666,51 @@ mod tests {
     #[test]
     fn missing_rank_is_a_clear_timeout() {
         let (id, root) = local_root(Duration::from_millis(800));
-        let t = std::thread::spawn(move || Bootstrap::init(&id, 0, 3, Duration::from_secs(5)).err().unwrap());
+        let t = std::thread::spawn(move || {
+            Bootstrap::init(&id, 0, 3, Duration::from_secs(5))
+                .err()
+                .unwrap()
+        });
         let err = t.join().unwrap();
-        assert!(err.message().contains("ranks [1, 2] of 3 never joined"), "{err}");
+        assert!(
+            err.message().contains("ranks [1, 2] of 3 never joined"),
+            "{err}"
+        );
         assert!(root.join().unwrap_err().message().contains("never joined"));
     }
 
     #[test]
     fn wrong_magic_is_rejected_not_matched() {
         let (id, root) = local_root(Duration::from_millis(1500));
-        let wrong = UniqueId { magic: id.magic ^ 1, ..id };
-        let err = Bootstrap::init(&wrong, 0, 1, Duration::from_secs(3)).err().unwrap();
-        assert!(err.message().contains("wrong magic") || err.message().contains("unique id"), "{err}");
+        let wrong = UniqueId {
+            magic: id.magic ^ 1,
+            ..id
+        };
+        let err = Bootstrap::init(&wrong, 0, 1, Duration::from_secs(3))
+            .err()
+            .unwrap();
+        assert!(
+            err.message().contains("wrong magic") || err.message().contains("unique id"),
+            "{err}"
+        );
         // The root keeps waiting for a real rank, then gives up cleanly.
-        assert!(root.join().unwrap_err().message().contains("no rank joined"));
+        assert!(
+            root.join()
+                .unwrap_err()
+                .message()
+                .contains("no rank joined")
+        );
     }
 
     #[test]
     fn nranks_mismatch_is_reported_to_ranks() {
         let (id, root) = local_root(Duration::from_secs(10));
         // Whichever arrives first sets nranks; both must hear about the mismatch.
-        let a = std::thread::spawn(move || Bootstrap::init(&id, 0, 3, Duration::from_secs(10)).err());
-        let b = Bootstrap::init(&id, 1, 2, Duration::from_secs(10)).err().unwrap();
+        let a =
+            std::thread::spawn(move || Bootstrap::init(&id, 0, 3, Duration::from_secs(10)).err());
+        let b = Bootstrap::init(&id, 1, 2, Duration::from_secs(10))
+            .err()
+            .unwrap();
         let a = a.join().unwrap().unwrap();
         for e in [&a, &b] {
             assert!(e.message().contains("says nranks="), "{e}");

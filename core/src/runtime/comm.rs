@@ -18,8 +18,11 @@ use super::protocol::ProtoParams;
 use super::proxy::{Batch, OpRef, Proxy, Step, UserBufs};
 use super::schedule::{Link, LinkClass, Plan, RingView, Shape, TreeView};
 use super::topo::{self, NetDevice, PeerInfo};
+use super::tune::{self, ModelInputs, Tuning};
 use crate::plugin::net::{CommConfig as NetCommConfig, NetContext};
 use crate::plugin::select::NetRegistry;
+use crate::plugin::select::{TunerArgs, TunerRegistry};
+use crate::plugin::tuner::NvlDomainInfo;
 
 /// Limits every rank agreed on at init (the minimum over ranks).
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +51,7 @@ pub struct Comm {
     limits: Limits,
     devices: Vec<NetDevice>,
     p2p_links: Mutex<HashSet<(usize, bool)>>,
+    tuning: Tuning,
     // Dropped in this order: the engine (closing connections) before the plugin context.
     proxy: Proxy,
     net: NetContext,
@@ -74,9 +78,17 @@ impl Comm {
         Self::init_inner(nranks, id, rank, config, None)
     }
 
-    fn init_inner(nranks: usize, id: &UniqueId, rank: usize, config: &Config, root: Option<BootstrapRoot>) -> Result<Self> {
+    fn init_inner(
+        nranks: usize,
+        id: &UniqueId,
+        rank: usize,
+        config: &Config,
+        root: Option<BootstrapRoot>,
+    ) -> Result<Self> {
         if nranks == 0 || rank >= nranks {
-            return Err(Error::invalid_argument(format!("rank {rank} of {nranks} ranks")));
+            return Err(Error::invalid_argument(format!(
+                "rank {rank} of {nranks} ranks"
+            )));
         }
         let boot = Bootstrap::init(id, rank, nranks, config.bootstrap_timeout)?;
         let registry: &NetRegistry = match config.registry.as_deref() {
@@ -84,13 +96,24 @@ impl Comm {
             None => NetRegistry::global(),
         };
         let selection = registry
-            .select(comm_id(id), NetCommConfig { traffic_class: config.traffic_class })
+            .select(
+                comm_id(id),
+                NetCommConfig {
+                    traffic_class: config.traffic_class,
+                },
+            )
             .map_err(|e| Error::system(format!("rank {rank}: no usable net plugin: {e}")))?;
         let net = selection.context;
         let mut devices = Vec::with_capacity(selection.devices);
-        let mut limits = Limits { max_p2p_bytes: usize::MAX, max_coll_bytes: usize::MAX, max_recvs: usize::MAX };
+        let mut limits = Limits {
+            max_p2p_bytes: usize::MAX,
+            max_coll_bytes: usize::MAX,
+            max_recvs: usize::MAX,
+        };
         for d in 0..selection.devices {
-            let p = net.properties(d).map_err(|e| net_err(e, &format!("rank {rank}: getProperties({d})")))?;
+            let p = net
+                .properties(d)
+                .map_err(|e| net_err(e, &format!("rank {rank}: getProperties({d})")))?;
             limits.max_p2p_bytes = limits.max_p2p_bytes.min(p.max_p2p_bytes);
             limits.max_coll_bytes = limits.max_coll_bytes.min(p.max_coll_bytes);
             limits.max_recvs = limits.max_recvs.min(p.max_recvs.max(1) as usize);
@@ -108,19 +131,30 @@ impl Comm {
             rank,
             host_hash: topo::host_hash(),
             hostname: topo::hostname(),
-            ip: boot.peer_addr(rank).map_or(std::net::Ipv4Addr::LOCALHOST.into(), |a| a.ip()),
+            ip: boot
+                .peer_addr(rank)
+                .map_or(std::net::Ipv4Addr::LOCALHOST.into(), |a| a.ip()),
             pid: std::process::id(),
             plugin: net.plugin().name().to_owned(),
             plugin_version: net.plugin().version(),
             devices: devices.clone(),
         };
-        let mine = serde_json::to_vec(&(me, limits.max_p2p_bytes, limits.max_coll_bytes, limits.max_recvs))
-            .map_err(|e| Error::internal(format!("encode peer info: {e}")))?;
+        let mine = serde_json::to_vec(&(
+            me,
+            limits.max_p2p_bytes,
+            limits.max_coll_bytes,
+            limits.max_recvs,
+        ))
+        .map_err(|e| Error::internal(format!("encode peer info: {e}")))?;
         let mut peers = Vec::with_capacity(nranks);
         for (r, blob) in boot.allgather(&mine)?.into_iter().enumerate() {
-            let (p, a, b, c): (PeerInfo, usize, usize, usize) =
-                serde_json::from_slice(&blob).map_err(|e| Error::internal(format!("peer info of rank {r}: {e}")))?;
-            limits = Limits { max_p2p_bytes: limits.max_p2p_bytes.min(a), max_coll_bytes: limits.max_coll_bytes.min(b), max_recvs: limits.max_recvs.min(c) };
+            let (p, a, b, c): (PeerInfo, usize, usize, usize) = serde_json::from_slice(&blob)
+                .map_err(|e| Error::internal(format!("peer info of rank {r}: {e}")))?;
+            limits = Limits {
+                max_p2p_bytes: limits.max_p2p_bytes.min(a),
+                max_coll_bytes: limits.max_coll_bytes.min(b),
+                max_recvs: limits.max_recvs.min(c),
+            };
             peers.push(p);
         }
         check_same_plugin(&peers, rank)?;
@@ -129,10 +163,19 @@ impl Comm {
         let shape = Shape {
             rank,
             nranks,
-            ring: RingView { order: ring.order.clone(), index: ring.index_of(rank) },
-            trees: [0, 1].map(|t| TreeView { up: trees[t][rank].up, down: trees[t][rank].down.clone() }),
+            ring: RingView {
+                order: ring.order.clone(),
+                index: ring.index_of(rank),
+            },
+            trees: [0, 1].map(|t| TreeView {
+                up: trees[t][rank].up,
+                down: trees[t][rank].down.clone(),
+            }),
         };
-        let local_rank = peers.iter().filter(|p| p.host_hash == peers[rank].host_hash && p.rank < rank).count();
+        let local_rank = peers
+            .iter()
+            .filter(|p| p.host_hash == peers[rank].host_hash && p.rank < rank)
+            .count();
         let channels = config.channels(devices.len());
         let env = |k: &str| std::env::var(k).ok();
         let params = [
@@ -140,6 +183,8 @@ impl Comm {
             ProtoParams::new(Protocol::LL128, &env)?,
             ProtoParams::new(Protocol::SIMPLE, &env)?,
         ];
+        let tuning =
+            Self::tuning_for(config, registry, &net, &peers, &ring, comm_id(id), &devices)?;
         let proxy = Proxy::start(rank)?;
         let comm = Self {
             rank,
@@ -156,6 +201,7 @@ impl Comm {
             limits,
             devices,
             p2p_links: Mutex::new(HashSet::new()),
+            tuning,
             proxy,
             net,
         };
@@ -177,6 +223,65 @@ impl Comm {
         Ok(comm)
     }
 
+    /// Loads the tuner (if any) for this communicator and sets up the cost model.
+    fn tuning_for(
+        config: &Config,
+        net_registry: &NetRegistry,
+        net: &NetContext,
+        peers: &[PeerInfo],
+        ring: &topo::Ring,
+        comm_id: u64,
+        devices: &[NetDevice],
+    ) -> Result<Tuning> {
+        let registry: &TunerRegistry = match config.tuner_registry.as_deref() {
+            Some(r) => r,
+            None => TunerRegistry::global(),
+        };
+        let mut per_host = std::collections::HashMap::new();
+        for p in peers {
+            *per_host.entry(p.host_hash).or_insert(0i32) += 1;
+        }
+        let nvl = NvlDomainInfo {
+            nNvlDomains: per_host.len() as i32,
+            minRanksPerNvlDomain: per_host.values().copied().min().unwrap_or(1),
+            maxRanksPerNvlDomain: per_host.values().copied().max().unwrap_or(1),
+        };
+        let mut constants = tune::default_constants();
+        let args = TunerArgs {
+            n_ranks: peers.len(),
+            n_nodes: ring.hosts,
+            comm_id,
+            nvl,
+        };
+        let sel = registry
+            .select(Some(net.plugin()), args, &mut constants)
+            .map_err(|e| Error::invalid_usage(format!("tuner: {e}")))?;
+        let speed = devices
+            .iter()
+            .map(|d| d.speed_mbps)
+            .filter(|&s| s > 0)
+            .min()
+            .unwrap_or(10_000);
+        let lat = devices
+            .iter()
+            .map(|d| f64::from(d.latency_us))
+            .fold(0.0, f64::max);
+        let model = ModelInputs {
+            n_ranks: peers.len(),
+            n_nodes: ring.hosts,
+            net_gbps: f64::from(speed) / 8000.0,
+            net_lat_us: if lat > 0.0 { lat } else { 20.0 },
+        };
+        let mut tuning = Tuning::new(sel.tuner, constants, model, net_registry.config().strict);
+        tuning.force(config.algo.clone(), config.proto.clone());
+        Ok(tuning)
+    }
+
+    /// The tuning state (decisions, the tuner in use, the report).
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+
     /// Ring and tree connections of every channel.
     fn connect_collective_links(&self) -> Result<()> {
         if self.nranks == 1 {
@@ -184,7 +289,11 @@ impl Comm {
         }
         let (mut sends, mut recvs) = (Vec::new(), Vec::new());
         for ch in 0..self.channels {
-            let l = |peer, class| Link { peer, channel: ch, class };
+            let l = |peer, class| Link {
+                peer,
+                channel: ch,
+                class,
+            };
             sends.push(l(self.ring.next(self.rank), LinkClass::Ring));
             recvs.push(l(self.ring.prev(self.rank), LinkClass::Ring));
             let t = &self.shape.trees[ch % 2];
@@ -193,7 +302,14 @@ impl Comm {
                 recvs.push(l(peer, LinkClass::Tree));
             }
         }
-        let (s, r) = connect(&self.boot, &self.net, &self.devices, self.local_rank, &sends, &recvs)?;
+        let (s, r) = connect(
+            &self.boot,
+            &self.net,
+            &self.devices,
+            self.local_rank,
+            &sends,
+            &recvs,
+        )?;
         self.proxy.install(s, r)
     }
 
@@ -201,15 +317,39 @@ impl Comm {
     /// matching group).
     pub(crate) fn ensure_p2p(&self, peers_send: &[usize], peers_recv: &[usize]) -> Result<()> {
         let mut have = self.p2p_links.lock().unwrap_or_else(|p| p.into_inner());
-        let l = |peer| Link { peer, channel: 0, class: LinkClass::P2p };
-        let sends: Vec<Link> = dedup(peers_send).into_iter().filter(|&p| p != self.rank && !have.contains(&(p, true))).map(l).collect();
-        let recvs: Vec<Link> = dedup(peers_recv).into_iter().filter(|&p| p != self.rank && !have.contains(&(p, false))).map(l).collect();
+        let l = |peer| Link {
+            peer,
+            channel: 0,
+            class: LinkClass::P2p,
+        };
+        let sends: Vec<Link> = dedup(peers_send)
+            .into_iter()
+            .filter(|&p| p != self.rank && !have.contains(&(p, true)))
+            .map(l)
+            .collect();
+        let recvs: Vec<Link> = dedup(peers_recv)
+            .into_iter()
+            .filter(|&p| p != self.rank && !have.contains(&(p, false)))
+            .map(l)
+            .collect();
         if sends.is_empty() && recvs.is_empty() {
             return Ok(());
         }
-        let (s, r) = connect(&self.boot, &self.net, &self.devices, self.local_rank, &sends, &recvs)?;
+        let (s, r) = connect(
+            &self.boot,
+            &self.net,
+            &self.devices,
+            self.local_rank,
+            &sends,
+            &recvs,
+        )?;
         self.proxy.install(s, r)?;
-        have.extend(sends.iter().map(|x| (x.peer, true)).chain(recvs.iter().map(|x| (x.peer, false))));
+        have.extend(
+            sends
+                .iter()
+                .map(|x| (x.peer, true))
+                .chain(recvs.iter().map(|x| (x.peer, false))),
+        );
         Ok(())
     }
 
@@ -230,10 +370,27 @@ impl Comm {
         if channels.iter().all(Vec::is_empty) {
             return Ok(());
         }
-        let cap = if p2p { self.limits.max_p2p_bytes } else { self.limits.max_coll_bytes };
+        let cap = if p2p {
+            self.limits.max_p2p_bytes
+        } else {
+            self.limits.max_coll_bytes
+        };
         let slice = (params.slice_data().min(cap) / elem * elem).max(elem);
-        let group = if p2p && self.config.grouped_recv { self.limits.max_recvs.min(params.slots() / 2).max(1) } else { 1 };
-        self.proxy.run(Batch { channels, ops, params, slice, group }, self.config.op_timeout)
+        let group = if p2p && self.config.grouped_recv {
+            self.limits.max_recvs.min(params.slots() / 2).max(1)
+        } else {
+            1
+        };
+        self.proxy.run(
+            Batch {
+                channels,
+                ops,
+                params,
+                slice,
+                group,
+            },
+            self.config.op_timeout,
+        )
     }
 
     /// Point-to-point send of `buf` to `peer` (a group of one).
@@ -258,22 +415,35 @@ impl Comm {
     /// `ncclCommSplit`: ranks with the same `color` form a new communicator, ordered by
     /// `key` then rank; `color < 0` (NCCL_SPLIT_NOCOLOR) joins none (`Ok(None)`).
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Comm>> {
-        let all = self.boot.allgather(&[color.to_le_bytes(), key.to_le_bytes()].concat())?;
+        let all = self
+            .boot
+            .allgather(&[color.to_le_bytes(), key.to_le_bytes()].concat())?;
         let parse = |b: &[u8]| -> (i32, i32) {
-            (i32::from_le_bytes(b[0..4].try_into().unwrap_or([0; 4])), i32::from_le_bytes(b[4..8].try_into().unwrap_or([0; 4])))
+            (
+                i32::from_le_bytes(b[0..4].try_into().unwrap_or([0; 4])),
+                i32::from_le_bytes(b[4..8].try_into().unwrap_or([0; 4])),
+            )
         };
         if color < 0 {
             return Ok(None);
         }
-        let mut members: Vec<(i32, usize)> =
-            all.iter().enumerate().filter(|(_, b)| b.len() == 8 && parse(b).0 == color).map(|(r, b)| (parse(b).1, r)).collect();
+        let mut members: Vec<(i32, usize)> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() == 8 && parse(b).0 == color)
+            .map(|(r, b)| (parse(b).1, r))
+            .collect();
         members.sort_unstable();
-        let new_rank = members.iter().position(|&(_, r)| r == self.rank).ok_or_else(|| Error::internal("split: self missing"))?;
+        let new_rank = members
+            .iter()
+            .position(|&(_, r)| r == self.rank)
+            .ok_or_else(|| Error::internal("split: self missing"))?;
         let leader = members[0].1;
         let tag = (1 << 60) | (self.boot.allgather_seq() << 8);
         let (id, root) = if self.rank == leader {
             let bind = std::net::SocketAddr::new(self.peers[self.rank].ip, 0);
-            let (id, root) = BootstrapRoot::start(bind, random_u64(), self.config.bootstrap_timeout)?;
+            let (id, root) =
+                BootstrapRoot::start(bind, random_u64(), self.config.bootstrap_timeout)?;
             for &(_, r) in &members[1..] {
                 self.boot.send(r, tag, id.to_string().as_bytes())?;
             }
@@ -323,7 +493,10 @@ impl Comm {
     }
     /// The net plugin in use.
     pub fn net(&self) -> NetReport {
-        NetReport { name: self.net.plugin().name().to_owned(), version: self.net.plugin().version() }
+        NetReport {
+            name: self.net.plugin().name().to_owned(),
+            version: self.net.plugin().version(),
+        }
     }
     /// The configuration.
     pub fn config(&self) -> &Config {
@@ -337,6 +510,9 @@ impl Comm {
     /// `ncclCommFinalize` + `ncclCommDestroy`: waits for every rank (so no peer is
     /// still sending), then releases connections and the plugin context.
     pub fn destroy(self) -> Result<()> {
+        if self.rank == 0 && self.config.tuner_report {
+            eprint!("{}", self.tuning.report_text());
+        }
         let r = self.boot.barrier();
         drop(self);
         r
@@ -350,12 +526,18 @@ impl Comm {
 
     /// The reduction object for `count` elements of `dtype` with `op`.
     pub(crate) fn reduction(&self, dtype: DataType, op: RedOp) -> Result<Reduction> {
-        Reduction::new(dtype, op, self.nranks as u32).map_err(|e| Error::invalid_argument(format!("{e}")))
+        Reduction::new(dtype, op, self.nranks as u32)
+            .map_err(|e| Error::invalid_argument(format!("{e}")))
     }
 
     /// User buffers as the engine sees them.
     pub(crate) fn bufs(send: &[u8], recv: &mut [u8]) -> UserBufs {
-        UserBufs { send: send.as_ptr(), send_len: send.len(), recv: recv.as_mut_ptr(), recv_len: recv.len() }
+        UserBufs {
+            send: send.as_ptr(),
+            send_len: send.len(),
+            recv: recv.as_mut_ptr(),
+            recv_len: recv.len(),
+        }
     }
 
     /// Operation timeout in force.
@@ -385,7 +567,12 @@ fn check_same_plugin(peers: &[PeerInfo], rank: usize) -> Result<()> {
     let odd: Vec<String> = peers
         .iter()
         .filter(|p| p.plugin != first.plugin || p.plugin_version != first.plugin_version)
-        .map(|p| format!("rank {} on {} loaded '{}' v{}", p.rank, p.hostname, p.plugin, p.plugin_version))
+        .map(|p| {
+            format!(
+                "rank {} on {} loaded '{}' v{}",
+                p.rank, p.hostname, p.plugin, p.plugin_version
+            )
+        })
         .collect();
     if odd.is_empty() {
         return Ok(());

@@ -25,7 +25,10 @@ fn tag(link_from_sender: &Link) -> u64 {
 }
 
 fn label(rank: usize, l: &Link, dir: &str) -> String {
-    format!("rank {rank} {dir} rank {} ({:?} channel {})", l.peer, l.class, l.channel)
+    format!(
+        "rank {rank} {dir} rank {} ({:?} channel {})",
+        l.peer, l.class, l.channel
+    )
 }
 
 /// Connects `sends` (this rank sends to `link.peer`) and `recvs` (receives from it).
@@ -42,7 +45,9 @@ pub fn connect(
     // 1. Listen for every receive and publish the handles.
     let mut listening: Vec<(Link, ListenComm)> = Vec::with_capacity(recvs.len());
     for l in recvs {
-        let (handle, lc) = net.listen(dev(l)).map_err(|e| net_err(e, &format!("{}: listen", label(rank, l, "from"))))?;
+        let (handle, lc) = net
+            .listen(dev(l))
+            .map_err(|e| net_err(e, &format!("{}: listen", label(rank, l, "from"))))?;
         let theirs = Link { peer: rank, ..*l };
         boot.send(l.peer, tag(&theirs), &handle)?;
         listening.push((*l, lc));
@@ -51,9 +56,9 @@ pub fn connect(
     let mut connecting: Vec<(Link, Connecting)> = Vec::with_capacity(sends.len());
     for l in sends {
         let handle = boot.recv(l.peer, tag(l))?;
-        let handle: [u8; 128] = handle
-            .try_into()
-            .map_err(|_| Error::internal(format!("{}: handle is not 128 bytes", label(rank, l, "to"))))?;
+        let handle: [u8; 128] = handle.try_into().map_err(|_| {
+            Error::internal(format!("{}: handle is not 128 bytes", label(rank, l, "to")))
+        })?;
         connecting.push((*l, net.connect(dev(l), &handle)));
     }
     // 3. Drive both sides until every comm exists.
@@ -65,7 +70,10 @@ pub fn connect(
         let mut i = 0;
         while i < connecting.len() {
             let (l, c) = &mut connecting[i];
-            match c.poll().map_err(|e| net_err(e, &format!("{}: connect", label(rank, l, "to"))))? {
+            match c
+                .poll()
+                .map_err(|e| net_err(e, &format!("{}: connect", label(rank, l, "to"))))?
+            {
                 Some(comm) => {
                     let l = *l;
                     connecting.swap_remove(i);
@@ -78,12 +86,18 @@ pub fn connect(
         let mut i = 0;
         while i < listening.len() {
             let (l, lc) = &mut listening[i];
-            match lc.accept().map_err(|e| net_err(e, &format!("{}: accept", label(rank, l, "from"))))? {
+            match lc
+                .accept()
+                .map_err(|e| net_err(e, &format!("{}: accept", label(rank, l, "from"))))?
+            {
                 Some(comm) => {
                     let l = *l;
                     // NCCL closes the listen comm as soon as accept returns a comm.
                     drop(listening.swap_remove(i));
-                    recvd.push((l, RecvConn::new(comm, label(rank, &l, "from"), l.peer as i32)));
+                    recvd.push((
+                        l,
+                        RecvConn::new(comm, label(rank, &l, "from"), l.peer as i32),
+                    ));
                     moved = true;
                 }
                 None => i += 1,

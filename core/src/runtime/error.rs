@@ -18,7 +18,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An error with an explicit code.
     pub fn new(code: NcclResult, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
     /// `ncclSystemError`: a system call or socket failed.
     pub fn system(message: impl Into<String>) -> Self {
@@ -47,11 +50,15 @@ impl Error {
     /// `ncclSystemError` from an I/O error, naming what was being done.
     pub fn io(what: impl fmt::Display, err: std::io::Error) -> Self {
         match err.kind() {
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Self::timeout(format!("{what}: {err}")),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                Self::timeout(format!("{what}: {err}"))
+            }
             std::io::ErrorKind::ConnectionReset
             | std::io::ErrorKind::ConnectionAborted
             | std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::UnexpectedEof => Self::remote(format!("{what}: peer went away ({err})")),
+            | std::io::ErrorKind::UnexpectedEof => {
+                Self::remote(format!("{what}: peer went away ({err})"))
+            }
             _ => Self::system(format!("{what}: {err}")),
         }
     }

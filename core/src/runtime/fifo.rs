@@ -31,7 +31,11 @@ pub fn proto_index(p: Protocol) -> usize {
 pub fn net_err(e: NetError, what: &str) -> Error {
     let code = e.code;
     Error::new(
-        if code == cclkit_abi::raw::common::NcclResult::SUCCESS { cclkit_abi::raw::common::NcclResult::INTERNAL_ERROR } else { code },
+        if code == cclkit_abi::raw::common::NcclResult::SUCCESS {
+            cclkit_abi::raw::common::NcclResult::INTERNAL_ERROR
+        } else {
+            code
+        },
         format!("{what}: {e}"),
     )
 }
@@ -45,7 +49,10 @@ struct Slots {
 impl Slots {
     fn new(p: &ProtoParams) -> Self {
         let bytes = p.slots() * p.slot_wire();
-        Self { mem: vec![0u64; bytes.div_ceil(8)], slot_wire: p.slot_wire() }
+        Self {
+            mem: vec![0u64; bytes.div_ceil(8)],
+            slot_wire: p.slot_wire(),
+        }
     }
     fn base(&mut self) -> *mut u8 {
         self.mem.as_mut_ptr().cast()
@@ -93,7 +100,12 @@ struct SendFifo {
 impl SendConn {
     /// Wraps a connected send comm; `tag` is this rank (NCCL's convention).
     pub fn new(comm: SendComm, label: String, tag: i32) -> Self {
-        Self { comm, fifos: [None, None, None], label, tag }
+        Self {
+            comm,
+            fifos: [None, None, None],
+            label,
+            tag,
+        }
     }
 
     fn fifo(&mut self, p: &ProtoParams) -> Result<&mut SendFifo> {
@@ -115,7 +127,9 @@ impl SendConn {
                 done: 0,
             });
         }
-        self.fifos[i].as_mut().ok_or_else(|| Error::internal("fifo"))
+        self.fifos[i]
+            .as_mut()
+            .ok_or_else(|| Error::internal("fifo"))
     }
 
     /// The next free slot to fill (its pointer and wire capacity), or `None` if the
@@ -148,7 +162,9 @@ impl SendConn {
     /// Posts and tests what it can; returns whether anything moved.
     pub fn progress(&mut self) -> Result<bool> {
         let mut moved = false;
-        let Self { comm, fifos, label, .. } = self;
+        let Self {
+            comm, fifos, label, ..
+        } = self;
         for f in fifos.iter_mut().flatten() {
             let n = f.params.slots() as u64;
             while f.post < f.fill {
@@ -232,10 +248,23 @@ struct RecvFifo {
 impl RecvConn {
     /// Wraps an accepted receive comm from rank `peer`.
     pub fn new(comm: RecvComm, label: String, peer: i32) -> Self {
-        Self { comm, fifos: [None, None, None], label, expect: VecDeque::new(), expect_posted: 0, consumed_hook: true, peer }
+        Self {
+            comm,
+            fifos: [None, None, None],
+            label,
+            expect: VecDeque::new(),
+            expect_posted: 0,
+            consumed_hook: true,
+            peer,
+        }
     }
 
-    fn fifo<'a>(fifos: &'a mut [Option<RecvFifo>; 3], comm: &mut RecvComm, label: &str, p: &ProtoParams) -> Result<&'a mut RecvFifo> {
+    fn fifo<'a>(
+        fifos: &'a mut [Option<RecvFifo>; 3],
+        comm: &mut RecvComm,
+        label: &str,
+        p: &ProtoParams,
+    ) -> Result<&'a mut RecvFifo> {
         let i = proto_index(p.proto);
         if fifos[i].is_none() {
             let mut slots = Slots::new(p);
@@ -276,7 +305,13 @@ impl RecvConn {
     /// Frees the slot from [`slot_to_consume`](Self::slot_to_consume); tells the plugin
     /// (`irecvConsumed`) when the request's last buffer is consumed.
     pub fn consumed(&mut self, p: &ProtoParams) -> Result<()> {
-        let Self { fifos, comm, label, consumed_hook, .. } = self;
+        let Self {
+            fifos,
+            comm,
+            label,
+            consumed_hook,
+            ..
+        } = self;
         let f = Self::fifo(fifos, comm, label, p)?;
         let i = (f.consume % f.params.slots() as u64) as usize;
         let (_, id, n) = f.ready[i];
@@ -301,7 +336,14 @@ impl RecvConn {
         loop {
             let Some(&e) = self.expect.front() else { break };
             let p = e.params;
-            let Self { fifos, comm, label, expect_posted, peer, .. } = self;
+            let Self {
+                fifos,
+                comm,
+                label,
+                expect_posted,
+                peer,
+                ..
+            } = self;
             let f = Self::fifo(fifos, comm, label, &p)?;
             let n = f.params.slots() as u64;
             let left = e.count - *expect_posted;
@@ -316,7 +358,12 @@ impl RecvConn {
             for j in 0..k {
                 let slot = ((f.post + j as u64) % n) as usize;
                 let tag = if e.group > 1 { j as i32 } else { *peer };
-                bufs.push(RecvBuffer { data: f.slots.slot(slot), size: wire, tag, mr: f.mr.as_ref() });
+                bufs.push(RecvBuffer {
+                    data: f.slots.slot(slot),
+                    size: wire,
+                    tag,
+                    mr: f.mr.as_ref(),
+                });
             }
             let optional = p.proto != Protocol::SIMPLE && k == 1;
             // SAFETY: the slots stay untouched until the request completes and the
@@ -336,7 +383,9 @@ impl RecvConn {
                 Err(err) => return Err(net_err(err, &format!("{}: irecv", self.label))),
             }
         }
-        let Self { fifos, comm, label, .. } = self;
+        let Self {
+            fifos, comm, label, ..
+        } = self;
         for f in fifos.iter_mut().flatten() {
             let n = f.params.slots() as u64;
             while let Some((r, first, k)) = f.posted.front_mut() {

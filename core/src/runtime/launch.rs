@@ -64,12 +64,17 @@ impl<F: Fn(&str) -> Option<String>> Env for F {
 
 fn num(env: &dyn Env, name: &str) -> Result<Option<usize>> {
     env.get(name)
-        .map(|v| v.trim().parse().map_err(|_| Error::invalid_argument(format!("{name}={v} is not a number"))))
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|_| Error::invalid_argument(format!("{name}={v} is not a number")))
+        })
         .transpose()
 }
 
 fn need(env: &dyn Env, name: &str, engine: &str) -> Result<usize> {
-    num(env, name)?.ok_or_else(|| Error::invalid_argument(format!("{engine} launch: {name} is not set")))
+    num(env, name)?
+        .ok_or_else(|| Error::invalid_argument(format!("{engine} launch: {name} is not set")))
 }
 
 /// A stable magic for ranks that cannot exchange one (all derive it from shared facts).
@@ -85,7 +90,12 @@ fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr> {
         .to_socket_addrs()
         .map_err(|e| Error::system(format!("{what}: cannot resolve {host}: {e}")))?
         .find(|a| a.is_ipv4())
-        .or_else(|| (host, port).to_socket_addrs().ok().and_then(|mut i| i.next()))
+        .or_else(|| {
+            (host, port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut i| i.next())
+        })
         .ok_or_else(|| Error::system(format!("{what}: {host} has no address")))
 }
 
@@ -93,9 +103,12 @@ fn parse_root(value: &str, name: &str) -> Result<SocketAddr> {
     if let Ok(a) = value.parse() {
         return Ok(a);
     }
-    let (host, port) =
-        value.rsplit_once(':').ok_or_else(|| Error::invalid_argument(format!("{name}={value}: expected host:port")))?;
-    let port = port.parse().map_err(|_| Error::invalid_argument(format!("{name}={value}: bad port")))?;
+    let (host, port) = value
+        .rsplit_once(':')
+        .ok_or_else(|| Error::invalid_argument(format!("{name}={value}: expected host:port")))?;
+    let port = port
+        .parse()
+        .map_err(|_| Error::invalid_argument(format!("{name}={value}: bad port")))?;
     resolve(host.trim_matches(['[', ']']), port, name)
 }
 
@@ -139,7 +152,9 @@ pub fn detect(env: &dyn Env) -> Result<Option<Launch>> {
                 let port: u16 = need(env, "MASTER_PORT", "torchrun")?
                     .checked_add(1)
                     .and_then(|p| u16::try_from(p).ok())
-                    .ok_or_else(|| Error::invalid_argument("torchrun launch: MASTER_PORT out of range"))?;
+                    .ok_or_else(|| {
+                        Error::invalid_argument("torchrun launch: MASTER_PORT out of range")
+                    })?;
                 resolve(&host, port, "torchrun launch (MASTER_ADDR)")?
             }
         };
@@ -155,12 +170,19 @@ pub fn detect(env: &dyn Env) -> Result<Option<Launch>> {
         }));
     }
     // Open MPI's mpirun.
-    if let (Some(rank), Some(size)) = (num(env, "OMPI_COMM_WORLD_RANK")?, num(env, "OMPI_COMM_WORLD_SIZE")?) {
+    if let (Some(rank), Some(size)) = (
+        num(env, "OMPI_COMM_WORLD_RANK")?,
+        num(env, "OMPI_COMM_WORLD_SIZE")?,
+    ) {
         let local_size = num(env, "OMPI_COMM_WORLD_LOCAL_SIZE")?.unwrap_or(1);
-        let job = ["PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid"]
-            .iter()
-            .find_map(|n| env.get(n))
-            .unwrap_or_default();
+        let job = [
+            "PMIX_NAMESPACE",
+            "OMPI_MCA_orte_ess_jobid",
+            "OMPI_MCA_ess_base_jobid",
+        ]
+        .iter()
+        .find_map(|n| env.get(n))
+        .unwrap_or_default();
         let addr = match over {
             Some(a) => a,
             None if local_size == size => SocketAddr::from(([127, 0, 0, 1], derived_port(&job))),
@@ -177,22 +199,35 @@ pub fn detect(env: &dyn Env) -> Result<Option<Launch>> {
             nranks: size,
             local_rank: num(env, "OMPI_COMM_WORLD_LOCAL_RANK")?.unwrap_or(0),
             local_size,
-            id: IdSource::HostedByRank0(UniqueId { root: addr, magic: derived_magic(&["openmpi", &job, &size.to_string()]) }),
+            id: IdSource::HostedByRank0(UniqueId {
+                root: addr,
+                magic: derived_magic(&["openmpi", &job, &size.to_string()]),
+            }),
         }));
     }
     // Slurm (srun): rank 0 runs on the first host of the step.
     if let (Some(rank), Some(size)) = (num(env, "SLURM_PROCID")?, num(env, "SLURM_NTASKS")?) {
-        let job = format!("{}.{}", env.get("SLURM_JOB_ID").unwrap_or_default(), env.get("SLURM_STEP_ID").unwrap_or_default());
+        let job = format!(
+            "{}.{}",
+            env.get("SLURM_JOB_ID").unwrap_or_default(),
+            env.get("SLURM_STEP_ID").unwrap_or_default()
+        );
         let addr = match over {
             Some(a) => a,
             None => {
                 let list = env
                     .get("SLURM_STEP_NODELIST")
                     .or_else(|| env.get("SLURM_JOB_NODELIST"))
-                    .ok_or_else(|| Error::invalid_argument("slurm launch: SLURM_JOB_NODELIST is not set"))?;
-                let first = expand_hostlist(&list)?.into_iter().next().ok_or_else(|| Error::invalid_argument("slurm launch: empty node list"))?;
+                    .ok_or_else(|| {
+                        Error::invalid_argument("slurm launch: SLURM_JOB_NODELIST is not set")
+                    })?;
+                let first = expand_hostlist(&list)?
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| Error::invalid_argument("slurm launch: empty node list"))?;
                 let port = match num(env, "CCLKIT_ROOT_PORT")? {
-                    Some(p) => u16::try_from(p).map_err(|_| Error::invalid_argument("CCLKIT_ROOT_PORT out of range"))?,
+                    Some(p) => u16::try_from(p)
+                        .map_err(|_| Error::invalid_argument("CCLKIT_ROOT_PORT out of range"))?,
                     None => derived_port(&job),
                 };
                 resolve(&first, port, "slurm launch (first host of the job)")?
@@ -207,17 +242,27 @@ pub fn detect(env: &dyn Env) -> Result<Option<Launch>> {
                 .get("SLURM_NTASKS_PER_NODE")
                 .and_then(|v| v.split(['(', ',']).next().and_then(|n| n.parse().ok()))
                 .unwrap_or(1),
-            id: IdSource::HostedByRank0(UniqueId { root: addr, magic: derived_magic(&["slurm", &job, &size.to_string()]) }),
+            id: IdSource::HostedByRank0(UniqueId {
+                root: addr,
+                magic: derived_magic(&["slurm", &job, &size.to_string()]),
+            }),
         }));
     }
     // PMI (MPICH/Hydra and others).
     if let (Some(rank), Some(size)) = (num(env, "PMI_RANK")?, num(env, "PMI_SIZE")?) {
         let local_size = num(env, "MPI_LOCALNRANKS")?.unwrap_or(1);
-        let job = env.get("PMI_KVSNAME").or_else(|| env.get("PMI_ID")).unwrap_or_default();
+        let job = env
+            .get("PMI_KVSNAME")
+            .or_else(|| env.get("PMI_ID"))
+            .unwrap_or_default();
         let addr = match over {
             Some(a) => a,
             None if local_size == size => SocketAddr::from(([127, 0, 0, 1], derived_port(&job))),
-            None => return Err(Error::invalid_usage("PMI launch across hosts: set CCLKIT_ROOT_ADDR=<rank 0's host>:<port>")),
+            None => {
+                return Err(Error::invalid_usage(
+                    "PMI launch across hosts: set CCLKIT_ROOT_ADDR=<rank 0's host>:<port>",
+                ));
+            }
         };
         return Ok(Some(Launch {
             engine: "pmi",
@@ -225,7 +270,10 @@ pub fn detect(env: &dyn Env) -> Result<Option<Launch>> {
             nranks: size,
             local_rank: num(env, "MPI_LOCALRANKID")?.unwrap_or(0),
             local_size,
-            id: IdSource::HostedByRank0(UniqueId { root: addr, magic: derived_magic(&["pmi", &job, &size.to_string()]) }),
+            id: IdSource::HostedByRank0(UniqueId {
+                root: addr,
+                magic: derived_magic(&["pmi", &job, &size.to_string()]),
+            }),
         }));
     }
     Ok(None)
@@ -260,7 +308,8 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>> {
                     match r.split_once('-') {
                         None => out.push(format!("{prefix}{r}{suffix}")),
                         Some((a, b)) => {
-                            let (lo, hi): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                            let (lo, hi): (usize, usize) =
+                                (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
                             if hi < lo || hi - lo > 100_000 {
                                 return Err(bad());
                             }
@@ -310,13 +359,23 @@ pub struct RankExit {
 /// `CCLKIT_NRANKS`, `CCLKIT_LOCAL_RANK`, `CCLKIT_LOCAL_SIZE`. When a rank fails, the
 /// others get `grace` to notice (they see the peer's death as an error) and are
 /// then killed, so a launch never hangs.
-pub fn run_local(np: usize, program: &std::path::Path, args: &[String], timeout: Duration, grace: Duration) -> Result<Vec<RankExit>> {
+pub fn run_local(
+    np: usize,
+    program: &std::path::Path,
+    args: &[String],
+    timeout: Duration,
+    grace: Duration,
+) -> Result<Vec<RankExit>> {
     if np == 0 {
         return Err(Error::invalid_argument("--np must be at least 1"));
     }
     let bind: SocketAddr = match std::env::var("CCLKIT_BOOTSTRAP_IP") {
-        Ok(ip) => format!("{ip}:0").parse().map_err(|_| Error::invalid_argument(format!("CCLKIT_BOOTSTRAP_IP={ip}")))?,
-        Err(_) => "127.0.0.1:0".parse().map_err(|_| Error::internal("loopback address"))?,
+        Ok(ip) => format!("{ip}:0")
+            .parse()
+            .map_err(|_| Error::invalid_argument(format!("CCLKIT_BOOTSTRAP_IP={ip}")))?,
+        Err(_) => "127.0.0.1:0"
+            .parse()
+            .map_err(|_| Error::internal("loopback address"))?,
     };
     let (id, root) = BootstrapRoot::start(bind, random_u64(), timeout)?;
     let mut children: Vec<Child> = Vec::with_capacity(np);
@@ -336,7 +395,10 @@ pub fn run_local(np: usize, program: &std::path::Path, args: &[String], timeout:
                     let _ = c.kill();
                     let _ = c.wait();
                 }
-                return Err(Error::system(format!("launch rank {rank}: {} : {e}", program.display())));
+                return Err(Error::system(format!(
+                    "launch rank {rank}: {} : {e}",
+                    program.display()
+                )));
             }
         }
     }
@@ -360,7 +422,11 @@ fn supervise(mut children: Vec<Child>, grace: Duration) -> Vec<RankExit> {
                 if !status.success() && kill_at.is_none() {
                     kill_at = Some(Instant::now() + grace);
                 }
-                exits[rank] = Some(RankExit { rank, code: status.code(), signal: status.signal() });
+                exits[rank] = Some(RankExit {
+                    rank,
+                    code: status.code(),
+                    signal: status.signal(),
+                });
                 progressed = true;
             }
         }
@@ -384,26 +450,46 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k: &str| m.get(k).cloned()
     }
 
     #[test]
     fn hostlists_expand_like_slurm() {
-        assert_eq!(expand_hostlist("node[01-03,7],gpu5").unwrap(), ["node01", "node02", "node03", "node7", "gpu5"]);
+        assert_eq!(
+            expand_hostlist("node[01-03,7],gpu5").unwrap(),
+            ["node01", "node02", "node03", "node7", "gpu5"]
+        );
         assert_eq!(expand_hostlist("a").unwrap(), ["a"]);
-        assert_eq!(expand_hostlist("r[9-11]x").unwrap(), ["r9x", "r10x", "r11x"]);
+        assert_eq!(
+            expand_hostlist("r[9-11]x").unwrap(),
+            ["r9x", "r10x", "r11x"]
+        );
         assert!(expand_hostlist("n[3-1]").is_err());
     }
 
     #[test]
     fn engines_are_recognised() {
         assert_eq!(detect(&env(&[])).unwrap(), None);
-        let t = detect(&env(&[("RANK", "3"), ("WORLD_SIZE", "8"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"), ("LOCAL_RANK", "1")]))
-            .unwrap()
-            .unwrap();
-        assert_eq!((t.engine, t.rank, t.nranks, t.local_rank), ("torchrun", 3, 8, 1));
-        let IdSource::HostedByRank0(id) = t.id else { panic!() };
+        let t = detect(&env(&[
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("LOCAL_RANK", "1"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (t.engine, t.rank, t.nranks, t.local_rank),
+            ("torchrun", 3, 8, 1)
+        );
+        let IdSource::HostedByRank0(id) = t.id else {
+            panic!()
+        };
         assert_eq!(id.root, "127.0.0.1:29501".parse().unwrap());
         let o = detect(&env(&[
             ("OMPI_COMM_WORLD_RANK", "1"),
@@ -414,23 +500,66 @@ mod tests {
         ]))
         .unwrap()
         .unwrap();
-        assert_eq!((o.engine, o.rank, o.nranks, o.local_size), ("openmpi", 1, 4, 4));
+        assert_eq!(
+            (o.engine, o.rank, o.nranks, o.local_size),
+            ("openmpi", 1, 4, 4)
+        );
         // Every rank of the job derives the same root and magic.
-        let o2 = detect(&env(&[("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"), ("PMIX_NAMESPACE", "job42")]))
-            .unwrap()
-            .unwrap();
+        let o2 = detect(&env(&[
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+            ("PMIX_NAMESPACE", "job42"),
+        ]))
+        .unwrap()
+        .unwrap();
         assert_eq!(o.id, o2.id);
-        let multi = detect(&env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "2")]));
+        let multi = detect(&env(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ]));
         assert!(multi.unwrap_err().message().contains("CCLKIT_ROOT_ADDR"));
-        let s = detect(&env(&[("SLURM_PROCID", "5"), ("SLURM_NTASKS", "6"), ("SLURM_JOB_NODELIST", "localhost"), ("SLURM_JOB_ID", "77"), ("SLURM_LOCALID", "2")]))
-            .unwrap()
-            .unwrap();
-        assert_eq!((s.engine, s.rank, s.nranks, s.local_rank), ("slurm", 5, 6, 2));
-        let forced = detect(&env(&[("PMI_RANK", "0"), ("PMI_SIZE", "2"), ("CCLKIT_ROOT_ADDR", "10.9.8.7:1234")])).unwrap().unwrap();
-        let IdSource::HostedByRank0(id) = forced.id else { panic!() };
+        let s = detect(&env(&[
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "6"),
+            ("SLURM_JOB_NODELIST", "localhost"),
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_LOCALID", "2"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.engine, s.rank, s.nranks, s.local_rank),
+            ("slurm", 5, 6, 2)
+        );
+        let forced = detect(&env(&[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            ("CCLKIT_ROOT_ADDR", "10.9.8.7:1234"),
+        ]))
+        .unwrap()
+        .unwrap();
+        let IdSource::HostedByRank0(id) = forced.id else {
+            panic!()
+        };
         assert_eq!(id.root, "10.9.8.7:1234".parse().unwrap());
-        let given = detect(&env(&[("CCLKIT_UNIQUE_ID", "cclkit1:127.0.0.1:5:ab"), ("CCLKIT_RANK", "1"), ("CCLKIT_NRANKS", "2")])).unwrap().unwrap();
-        assert_eq!(given.id, IdSource::Given("cclkit1:127.0.0.1:5:ab".parse().unwrap()));
-        assert!(detect(&env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).unwrap_err().message().contains("RANK=x"));
+        let given = detect(&env(&[
+            ("CCLKIT_UNIQUE_ID", "cclkit1:127.0.0.1:5:ab"),
+            ("CCLKIT_RANK", "1"),
+            ("CCLKIT_NRANKS", "2"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            given.id,
+            IdSource::Given("cclkit1:127.0.0.1:5:ab".parse().unwrap())
+        );
+        assert!(
+            detect(&env(&[("RANK", "x"), ("WORLD_SIZE", "2")]))
+                .unwrap_err()
+                .message()
+                .contains("RANK=x")
+        );
     }
 }

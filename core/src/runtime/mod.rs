@@ -3,6 +3,7 @@
 //! the way NCCL's proxy thread does, on host memory.
 
 pub mod bootstrap;
+pub mod coll;
 pub mod comm;
 pub mod config;
 pub mod connect;
@@ -14,8 +15,9 @@ pub mod protocol;
 pub mod proxy;
 pub mod schedule;
 pub mod topo;
+pub mod tune;
 
 pub use bootstrap::{Bootstrap, BootstrapRoot, UniqueId};
-pub use error::{Error, Result};
 pub use comm::Comm;
 pub use config::Config;
+pub use error::{Error, Result};

@@ -25,7 +25,10 @@ pub struct Group<'a> {
 
 impl<'a> Group<'a> {
     pub(crate) fn new(comm: &'a Comm) -> Self {
-        Self { comm, items: Vec::new() }
+        Self {
+            comm,
+            items: Vec::new(),
+        }
     }
 
     /// Adds a send of `buf` to `peer`.
@@ -46,11 +49,34 @@ impl<'a> Group<'a> {
         let me = comm.rank();
         let shape = comm.shape().clone();
         let red = comm.reduction(DataType::UINT8, RedOp::SUM)?;
-        let peers_send: Vec<usize> = self.items.iter().filter_map(|i| if let Item::Send(_, p) = i { Some(*p) } else { None }).collect();
-        let peers_recv: Vec<usize> = self.items.iter().filter_map(|i| if let Item::Recv(_, p) = i { Some(*p) } else { None }).collect();
+        let peers_send: Vec<usize> = self
+            .items
+            .iter()
+            .filter_map(|i| {
+                if let Item::Send(_, p) = i {
+                    Some(*p)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let peers_recv: Vec<usize> = self
+            .items
+            .iter()
+            .filter_map(|i| {
+                if let Item::Recv(_, p) = i {
+                    Some(*p)
+                } else {
+                    None
+                }
+            })
+            .collect();
         for &p in peers_send.iter().chain(&peers_recv) {
             if p >= comm.nranks() {
-                return Err(super::error::Error::invalid_argument(format!("peer {p} is not a rank (nranks {})", comm.nranks())));
+                return Err(super::error::Error::invalid_argument(format!(
+                    "peer {p} is not a rank (nranks {})",
+                    comm.nranks()
+                )));
             }
         }
         comm.ensure_p2p(&peers_send, &peers_recv)?;
@@ -83,17 +109,59 @@ impl<'a> Group<'a> {
             let r = self_recv_iter.next();
             let (ops, bufs) = match r {
                 Some(r) => {
-                    let ops = vec![P2pOp::Send { peer: me, offset: 0, len: s.len() }, P2pOp::Recv { peer: me, offset: 0, len: r.len() }];
+                    let ops = vec![
+                        P2pOp::Send {
+                            peer: me,
+                            offset: 0,
+                            len: s.len(),
+                        },
+                        P2pOp::Recv {
+                            peer: me,
+                            offset: 0,
+                            len: r.len(),
+                        },
+                    ];
                     (ops, Comm::bufs(s, r))
                 }
-                None => (vec![P2pOp::Send { peer: me, offset: 0, len: s.len() }], Comm::bufs(s, &mut empty)),
+                None => (
+                    vec![P2pOp::Send {
+                        peer: me,
+                        offset: 0,
+                        len: s.len(),
+                    }],
+                    Comm::bufs(s, &mut empty),
+                ),
             };
             plans.push((vec![schedule::p2p(&shape, &ops, 0)?], OpRef { bufs, red }));
         }
         for item in others {
             let (ops, bufs) = match item {
-                Item::Send(b, peer) => (vec![P2pOp::Send { peer, offset: 0, len: b.len() }], UserBufs { send: b.as_ptr(), send_len: b.len(), recv: std::ptr::null_mut(), recv_len: 0 }),
-                Item::Recv(b, peer) => (vec![P2pOp::Recv { peer, offset: 0, len: b.len() }], UserBufs { send: std::ptr::null(), send_len: 0, recv: b.as_mut_ptr(), recv_len: b.len() }),
+                Item::Send(b, peer) => (
+                    vec![P2pOp::Send {
+                        peer,
+                        offset: 0,
+                        len: b.len(),
+                    }],
+                    UserBufs {
+                        send: b.as_ptr(),
+                        send_len: b.len(),
+                        recv: std::ptr::null_mut(),
+                        recv_len: 0,
+                    },
+                ),
+                Item::Recv(b, peer) => (
+                    vec![P2pOp::Recv {
+                        peer,
+                        offset: 0,
+                        len: b.len(),
+                    }],
+                    UserBufs {
+                        send: std::ptr::null(),
+                        send_len: 0,
+                        recv: b.as_mut_ptr(),
+                        recv_len: b.len(),
+                    },
+                ),
             };
             plans.push((vec![schedule::p2p(&shape, &ops, 0)?], OpRef { bufs, red }));
         }

@@ -57,15 +57,33 @@ impl ProtoParams {
                     .parse::<usize>()
                     .ok()
                     .filter(|&b| b >= 4096 * NCCL_STEPS)
-                    .ok_or_else(|| Error::invalid_argument(format!("{name}={v}: expected a byte count ≥ {}", 4096 * NCCL_STEPS))),
+                    .ok_or_else(|| {
+                        Error::invalid_argument(format!(
+                            "{name}={v}: expected a byte count ≥ {}",
+                            4096 * NCCL_STEPS
+                        ))
+                    }),
             }
         };
         Ok(match proto {
-            Protocol::SIMPLE => Self { proto, buff_bytes: size("NCCL_BUFFSIZE", DEFAULT_BUFFSIZE)?, slice_steps: 2, chunk_steps: 4 },
-            Protocol::LL => Self { proto, buff_bytes: size("NCCL_LL_BUFFSIZE", DEFAULT_LL_BUFFSIZE)?, slice_steps: 1, chunk_steps: 1 },
-            Protocol::LL128 => {
-                Self { proto, buff_bytes: size("NCCL_LL128_BUFFSIZE", DEFAULT_LL128_BUFFSIZE)?, slice_steps: 1, chunk_steps: 1 }
-            }
+            Protocol::SIMPLE => Self {
+                proto,
+                buff_bytes: size("NCCL_BUFFSIZE", DEFAULT_BUFFSIZE)?,
+                slice_steps: 2,
+                chunk_steps: 4,
+            },
+            Protocol::LL => Self {
+                proto,
+                buff_bytes: size("NCCL_LL_BUFFSIZE", DEFAULT_LL_BUFFSIZE)?,
+                slice_steps: 1,
+                chunk_steps: 1,
+            },
+            Protocol::LL128 => Self {
+                proto,
+                buff_bytes: size("NCCL_LL128_BUFFSIZE", DEFAULT_LL128_BUFFSIZE)?,
+                slice_steps: 1,
+                chunk_steps: 1,
+            },
             p => return Err(Error::invalid_argument(format!("unknown protocol {p:?}"))),
         })
     }
@@ -157,7 +175,10 @@ pub fn encode(proto: Protocol, data: &[u8], wire: &mut [u8], flag: u32) -> usize
         }
         Protocol::LL128 => {
             let n = data.len().div_ceil(LL128_DATA);
-            for (i, line) in wire[..n * LL128_LINE].chunks_exact_mut(LL128_LINE).enumerate() {
+            for (i, line) in wire[..n * LL128_LINE]
+                .chunks_exact_mut(LL128_LINE)
+                .enumerate()
+            {
                 let src = &data[i * LL128_DATA..(i * LL128_DATA + LL128_DATA).min(data.len())];
                 line[..src.len()].copy_from_slice(src);
                 line[src.len()..LL128_DATA].fill(0);
@@ -183,7 +204,11 @@ pub fn decode(proto: Protocol, wire: &[u8], data: &mut [u8], flag: u32) -> Resul
         Protocol::LL => {
             let n = data.len().div_ceil(8);
             if wire.len() < n * LL_LINE {
-                return Err(Error::internal(format!("LL: {} wire bytes for {} data bytes", wire.len(), data.len())));
+                return Err(Error::internal(format!(
+                    "LL: {} wire bytes for {} data bytes",
+                    wire.len(),
+                    data.len()
+                )));
             }
             for i in 0..n {
                 let line = &wire[i * LL_LINE..(i + 1) * LL_LINE];
@@ -202,7 +227,11 @@ pub fn decode(proto: Protocol, wire: &[u8], data: &mut [u8], flag: u32) -> Resul
         Protocol::LL128 => {
             let n = data.len().div_ceil(LL128_DATA);
             if wire.len() < n * LL128_LINE {
-                return Err(Error::internal(format!("LL128: {} wire bytes for {} data bytes", wire.len(), data.len())));
+                return Err(Error::internal(format!(
+                    "LL128: {} wire bytes for {} data bytes",
+                    wire.len(),
+                    data.len()
+                )));
             }
             for i in 0..n {
                 let line = &wire[i * LL128_LINE..(i + 1) * LL128_LINE];
@@ -237,15 +266,31 @@ mod tests {
     #[test]
     fn hierarchy_matches_nccl_defaults() {
         let s = ProtoParams::new(Protocol::SIMPLE, &none).unwrap();
-        assert_eq!((s.step_wire(), s.slice_data(), s.chunk_data(), s.slots()), (512 << 10, 1 << 20, 2 << 20, 4));
+        assert_eq!(
+            (s.step_wire(), s.slice_data(), s.chunk_data(), s.slots()),
+            (512 << 10, 1 << 20, 2 << 20, 4)
+        );
         let ll = ProtoParams::new(Protocol::LL, &none).unwrap();
-        assert_eq!((ll.buff_bytes, ll.step_data(), ll.slots()), (512 << 10, 32 << 10, 8));
+        assert_eq!(
+            (ll.buff_bytes, ll.step_data(), ll.slots()),
+            (512 << 10, 32 << 10, 8)
+        );
         let l128 = ProtoParams::new(Protocol::LL128, &none).unwrap();
         assert_eq!((l128.buff_bytes, l128.step_data()), (4_915_200, 576_000));
         let env = |n: &str| (n == "NCCL_BUFFSIZE").then(|| "1048576".to_string());
-        assert_eq!(ProtoParams::new(Protocol::SIMPLE, &env).unwrap().slice_data(), 256 << 10);
+        assert_eq!(
+            ProtoParams::new(Protocol::SIMPLE, &env)
+                .unwrap()
+                .slice_data(),
+            256 << 10
+        );
         let bad = |_: &str| Some("12".to_string());
-        assert!(ProtoParams::new(Protocol::LL, &bad).unwrap_err().message().contains("NCCL_LL_BUFFSIZE=12"));
+        assert!(
+            ProtoParams::new(Protocol::LL, &bad)
+                .unwrap_err()
+                .message()
+                .contains("NCCL_LL_BUFFSIZE=12")
+        );
     }
 
     #[test]

@@ -124,11 +124,19 @@ impl Proxy {
             .name(format!("cclkit-proxy-{rank}"))
             .spawn(move || engine.run())
             .map_err(|e| Error::system(format!("start proxy thread: {e}")))?;
-        Ok(Self { tx, thread: Some(thread), abort, failed })
+        Ok(Self {
+            tx,
+            thread: Some(thread),
+            abort,
+            failed,
+        })
     }
 
     fn send(&self, m: Msg) -> Result<()> {
-        self.tx.send(m).map_err(|_| self.error().unwrap_or_else(|| Error::internal("proxy thread is gone")))?;
+        self.tx.send(m).map_err(|_| {
+            self.error()
+                .unwrap_or_else(|| Error::internal("proxy thread is gone"))
+        })?;
         if let Some(t) = &self.thread {
             t.thread().unpark();
         }
@@ -137,7 +145,10 @@ impl Proxy {
 
     /// The error that aborted the engine, if any.
     pub fn error(&self) -> Option<Error> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Hands new connections to the engine.
@@ -151,7 +162,10 @@ impl Proxy {
         if let Some(e) = self.error() {
             return Err(e);
         }
-        let done = Arc::new(Done { result: Mutex::new(None), cv: Condvar::new() });
+        let done = Arc::new(Done {
+            result: Mutex::new(None),
+            cv: Condvar::new(),
+        });
         self.send(Msg::Run(batch, Arc::clone(&done)))?;
         let deadline = Instant::now() + timeout;
         let mut g = done.result.lock().unwrap_or_else(|p| p.into_inner());
@@ -165,10 +179,20 @@ impl Proxy {
                     t.thread().unpark();
                 }
             }
-            let wait = if timed_out { Duration::from_millis(100) } else { left };
-            g = done.cv.wait_timeout(g, wait).unwrap_or_else(|p| p.into_inner()).0;
+            let wait = if timed_out {
+                Duration::from_millis(100)
+            } else {
+                left
+            };
+            g = done
+                .cv
+                .wait_timeout(g, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        let r = g.take().unwrap_or_else(|| Err(Error::internal("no result")));
+        let r = g
+            .take()
+            .unwrap_or_else(|| Err(Error::internal("no result")));
         if timed_out && r.is_err() {
             return Err(Error::timeout(format!(
                 "operation did not complete within {timeout:?} (CCLKIT_OP_TIMEOUT); communicator aborted"
@@ -233,7 +257,10 @@ impl Engine {
                 }
             }
             if self.abort.load(Ordering::Acquire) && self.error().is_none() {
-                self.fail(Error::invalid_usage(format!("rank {}: communicator aborted", self.rank)));
+                self.fail(Error::invalid_usage(format!(
+                    "rank {}: communicator aborted",
+                    self.rank
+                )));
             }
             if stop && (self.queue.is_empty() || self.error().is_some()) {
                 break;
@@ -265,7 +292,10 @@ impl Engine {
     }
 
     fn error(&self) -> Option<Error> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn fail(&mut self, e: Error) {
@@ -289,23 +319,41 @@ impl Engine {
         for ch in &batch.channels {
             for step in ch {
                 for l in &step.prim.recv {
-                    let group = if l.class == LinkClass::P2p { batch.group } else { 1 };
+                    let group = if l.class == LinkClass::P2p {
+                        batch.group
+                    } else {
+                        1
+                    };
                     match self.recv.get_mut(l) {
-                        Some(c) => c.expect(Expect { params: batch.params, count: slices(step.prim.len, batch.slice), group }),
+                        Some(c) => c.expect(Expect {
+                            params: batch.params,
+                            count: slices(step.prim.len, batch.slice),
+                            group,
+                        }),
                         None => {
-                            done.set(Err(Error::internal(format!("rank {}: no connection for {l:?}", self.rank))));
+                            done.set(Err(Error::internal(format!(
+                                "rank {}: no connection for {l:?}",
+                                self.rank
+                            ))));
                             return;
                         }
                     }
                 }
                 if let Some(l) = step.prim.send.iter().find(|l| !self.send.contains_key(l)) {
-                    done.set(Err(Error::internal(format!("rank {}: no connection for {l:?}", self.rank))));
+                    done.set(Err(Error::internal(format!(
+                        "rank {}: no connection for {l:?}",
+                        self.rank
+                    ))));
                     return;
                 }
             }
         }
         let cursor = vec![(0, 0); batch.channels.len()];
-        self.queue.push_back(Active { batch, done, cursor });
+        self.queue.push_back(Active {
+            batch,
+            done,
+            cursor,
+        });
     }
 
     fn progress(&mut self) -> Result<bool> {
@@ -316,7 +364,9 @@ impl Engine {
         for c in self.recv.values_mut() {
             moved |= c.progress()?;
         }
-        let Some(mut a) = self.queue.pop_front() else { return Ok(moved) };
+        let Some(mut a) = self.queue.pop_front() else {
+            return Ok(moved);
+        };
         let mut finished = true;
         let r = (|| {
             for ch in 0..a.batch.channels.len() {
@@ -328,7 +378,11 @@ impl Engine {
                     }
                     moved = true;
                     let n = slices(step.prim.len, a.batch.slice);
-                    a.cursor[ch] = if si + 1 >= n { (pi + 1, 0) } else { (pi, si + 1) };
+                    a.cursor[ch] = if si + 1 >= n {
+                        (pi + 1, 0)
+                    } else {
+                        (pi, si + 1)
+                    };
                 }
                 finished &= a.cursor[ch].0 >= a.batch.channels[ch].len();
             }
@@ -357,7 +411,10 @@ impl Engine {
         // Resources first: nothing is consumed unless the whole slice can proceed.
         let mut ins: Vec<(*const u8, usize)> = Vec::with_capacity(prim.recv.len());
         for l in &prim.recv {
-            let c = self.recv.get_mut(l).ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
+            let c = self
+                .recv
+                .get_mut(l)
+                .ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
             match c.slot_to_consume(p)? {
                 Some(s) => ins.push(s),
                 None => return Ok(false),
@@ -365,10 +422,17 @@ impl Engine {
         }
         let mut outs: Vec<*mut u8> = Vec::with_capacity(prim.send.len());
         for l in &prim.send {
-            let c = self.send.get_mut(l).ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
+            let c = self
+                .send
+                .get_mut(l)
+                .ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
             match c.slot_to_fill(p)? {
                 Some((ptr, cap)) if cap >= wire => outs.push(ptr),
-                Some((_, cap)) => return Err(Error::internal(format!("slice of {wire} wire bytes exceeds a {cap}-byte slot"))),
+                Some((_, cap)) => {
+                    return Err(Error::internal(format!(
+                        "slice of {wire} wire bytes exceeds a {cap}-byte slot"
+                    )));
+                }
                 None => return Ok(false),
             }
         }
@@ -398,11 +462,15 @@ impl Engine {
                 let flag = self.recv.get(l).map_or(0, |c| c.sequence(p.proto)) as u32;
                 let buf = &mut scratch_in[i];
                 buf.resize(len, 0);
-                decode(p.proto, w, buf, flag).map_err(|e| e.context(format!("rank {}: from rank {}", self.rank, l.peer)))?;
+                decode(p.proto, w, buf, flag)
+                    .map_err(|e| e.context(format!("rank {}: from rank {}", self.rank, l.peer)))?;
             }
         }
         if p.proto != Protocol::SIMPLE {
-            data_ins = scratch_in[..prim.recv.len()].iter().map(Vec::as_slice).collect();
+            data_ins = scratch_in[..prim.recv.len()]
+                .iter()
+                .map(Vec::as_slice)
+                .collect();
         }
         let user = |span: super::schedule::Span| -> Result<*mut u8> {
             let (base, cap) = match span.buf {
@@ -410,7 +478,9 @@ impl Engine {
                 Buffer::Recv => (op.bufs.recv, op.bufs.recv_len),
             };
             if span.offset + off + len > cap {
-                return Err(Error::internal(format!("span {span:?} + {len} exceeds a {cap}-byte buffer")));
+                return Err(Error::internal(format!(
+                    "span {span:?} + {len} exceeds a {cap}-byte buffer"
+                )));
             }
             // SAFETY: bounds checked against the buffer length just above.
             Ok(unsafe { base.add(span.offset + off) })
@@ -419,7 +489,9 @@ impl Engine {
         let dst = prim.dst.map(user).transpose()?;
         // SAFETY: `src` points to `len` readable bytes of a user buffer.
         let src_slice = src.map(|s| unsafe { std::slice::from_raw_parts(s.cast_const(), len) });
-        let overlaps = |a: *const u8, b: *const u8| (a as usize) < b as usize + len && (b as usize) < a as usize + len;
+        let overlaps = |a: *const u8, b: *const u8| {
+            (a as usize) < b as usize + len && (b as usize) < a as usize + len
+        };
         // Where the result is computed: straight into the destination or the one send
         // slot when that is safe (Simple, no overlap with the input), else scratch.
         let direct: Option<*mut u8> = match (p.proto, dst, outs.as_slice()) {
@@ -427,7 +499,8 @@ impl Engine {
             (Protocol::SIMPLE, None, [o]) => Some(*o),
             _ => None,
         };
-        let trivial_copy = matches!(prim.combine, Combine::Copy { pre: false }) && prim.recv.is_empty();
+        let trivial_copy =
+            matches!(prim.combine, Combine::Copy { pre: false }) && prim.recv.is_empty();
         let out_ptr: *const u8 = match direct {
             Some(d) if !(trivial_copy && src == Some(d)) => {
                 // SAFETY: `d` is `len` writable bytes disjoint from every input (checked).
@@ -446,7 +519,10 @@ impl Engine {
         // SAFETY: `out_ptr` holds `len` result bytes (destination, slot or scratch).
         let result = unsafe { std::slice::from_raw_parts(out_ptr, len) };
         for (o, l) in outs.iter().zip(&prim.send) {
-            let c = self.send.get_mut(l).ok_or_else(|| Error::internal("send connection vanished"))?;
+            let c = self
+                .send
+                .get_mut(l)
+                .ok_or_else(|| Error::internal("send connection vanished"))?;
             let used = if std::ptr::eq(*o, out_ptr) {
                 wire
             } else {
@@ -465,7 +541,10 @@ impl Engine {
             unsafe { std::ptr::copy(out_ptr, d, len) };
         }
         for l in &prim.recv {
-            self.recv.get_mut(l).ok_or_else(|| Error::internal("recv connection vanished"))?.consumed(p)?;
+            self.recv
+                .get_mut(l)
+                .ok_or_else(|| Error::internal("recv connection vanished"))?
+                .consumed(p)?;
         }
         Ok(true)
     }

@@ -93,7 +93,14 @@ pub struct Prim {
 
 impl Prim {
     fn new(len: usize) -> Self {
-        Self { len, recv: Vec::new(), send: Vec::new(), src: None, dst: None, combine: Combine::Copy { pre: false } }
+        Self {
+            len,
+            recv: Vec::new(),
+            send: Vec::new(),
+            src: None,
+            dst: None,
+            combine: Combine::Copy { pre: false },
+        }
     }
     fn src(mut self, buf: Buffer, offset: usize) -> Self {
         self.src = Some(Span { buf, offset });
@@ -178,7 +185,11 @@ pub struct Cut {
 pub type Plan = Vec<Vec<Prim>>;
 
 fn link(peer: usize, channel: usize, class: LinkClass) -> Link {
-    Link { peer, channel, class }
+    Link {
+        peer,
+        channel,
+        class,
+    }
 }
 
 /// Splits `[0, total)` into loops of `channels × parts` pieces of at most `chunk`
@@ -215,16 +226,30 @@ pub fn ring_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
         return local_reduce(cut, bytes);
     }
     loops(bytes, n, cut, |ch, base, piece| {
-        let (next, prev) = (link(s.ring.after(1), ch, LinkClass::Ring), link(s.ring.before(1), ch, LinkClass::Ring));
+        let (next, prev) = (
+            link(s.ring.after(1), ch, LinkClass::Ring),
+            link(s.ring.before(1), ch, LinkClass::Ring),
+        );
         let end = (base + n * piece).min(bytes);
         // Chunk owned by the rank `k` positions after us in the ring order.
         let at = |k: usize| base + s.ring.order[(s.ring.index + k) % n] * piece;
         let len = |k: usize| piece_len(at(k), piece, end);
         let p = &mut plan[ch];
-        p.push(Prim::new(len(n - 1)).src(Buffer::Send, at(n - 1)).send([next]).combine(Combine::Copy { pre: true }));
+        p.push(
+            Prim::new(len(n - 1))
+                .src(Buffer::Send, at(n - 1))
+                .send([next])
+                .combine(Combine::Copy { pre: true }),
+        );
         for j in 2..n {
             let k = n - j;
-            p.push(Prim::new(len(k)).src(Buffer::Send, at(k)).recv([prev]).send([next]).combine(Combine::Reduce { finish: false }));
+            p.push(
+                Prim::new(len(k))
+                    .src(Buffer::Send, at(k))
+                    .recv([prev])
+                    .send([next])
+                    .combine(Combine::Reduce { finish: false }),
+            );
         }
         p.push(
             Prim::new(len(0))
@@ -236,7 +261,12 @@ pub fn ring_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
         );
         for j in 1..n - 1 {
             let k = n - j;
-            p.push(Prim::new(len(k)).recv([prev]).send([next]).dst(Buffer::Recv, at(k)));
+            p.push(
+                Prim::new(len(k))
+                    .recv([prev])
+                    .send([next])
+                    .dst(Buffer::Recv, at(k)),
+            );
         }
         p.push(Prim::new(len(1)).recv([prev]).dst(Buffer::Recv, at(1)));
     });
@@ -247,7 +277,12 @@ pub fn ring_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
 fn local_reduce(cut: Cut, bytes: usize) -> Plan {
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     if bytes > 0 {
-        plan[0].push(Prim::new(bytes).src(Buffer::Send, 0).dst(Buffer::Recv, 0).combine(Combine::Reduce { finish: true }));
+        plan[0].push(
+            Prim::new(bytes)
+                .src(Buffer::Send, 0)
+                .dst(Buffer::Recv, 0)
+                .combine(Combine::Reduce { finish: true }),
+        );
     }
     plan
 }
@@ -260,16 +295,26 @@ pub fn tree_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
     }
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     let mut pieces: Vec<Vec<(usize, usize)>> = vec![Vec::new(); cut.channels];
-    loops(bytes, 1, cut, |ch, base, piece| pieces[ch].push((base, piece_len(base, piece, bytes))));
+    loops(bytes, 1, cut, |ch, base, piece| {
+        pieces[ch].push((base, piece_len(base, piece, bytes)))
+    });
     for (ch, list) in pieces.iter().enumerate() {
         let t = &s.trees[ch % 2];
         let up = t.up.map(|u| link(u, ch, LinkClass::Tree));
-        let down: Vec<Link> = t.down.iter().map(|&d| link(d, ch, LinkClass::Tree)).collect();
+        let down: Vec<Link> = t
+            .down
+            .iter()
+            .map(|&d| link(d, ch, LinkClass::Tree))
+            .collect();
         let p = &mut plan[ch];
         for &(off, len) in list {
-            let prim = Prim::new(len).src(Buffer::Send, off).recv(down.iter().copied());
+            let prim = Prim::new(len)
+                .src(Buffer::Send, off)
+                .recv(down.iter().copied());
             p.push(match up {
-                None => prim.dst(Buffer::Recv, off).combine(Combine::Reduce { finish: true }),
+                None => prim
+                    .dst(Buffer::Recv, off)
+                    .combine(Combine::Reduce { finish: true }),
                 Some(u) if down.is_empty() => prim.send([u]).combine(Combine::Copy { pre: true }),
                 Some(u) => prim.send([u]).combine(Combine::Reduce { finish: false }),
             });
@@ -287,7 +332,12 @@ pub fn tree_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
 
 /// Ring starting at `root`: position of this rank after the root.
 fn after_root(s: &Shape, root: usize) -> Result<usize> {
-    let r = s.ring.order.iter().position(|&x| x == root).ok_or_else(|| Error::invalid_argument(format!("root {root} is not a rank")))?;
+    let r = s
+        .ring
+        .order
+        .iter()
+        .position(|&x| x == root)
+        .ok_or_else(|| Error::invalid_argument(format!("root {root} is not a rank")))?;
     Ok((s.ring.index + s.nranks - r) % s.nranks)
 }
 
@@ -298,10 +348,15 @@ pub fn ring_broadcast(s: &Shape, bytes: usize, root: usize, cut: Cut) -> Result<
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (link(s.ring.after(1), ch, LinkClass::Ring), link(s.ring.before(1), ch, LinkClass::Ring));
+        let (next, prev) = (
+            link(s.ring.after(1), ch, LinkClass::Ring),
+            link(s.ring.before(1), ch, LinkClass::Ring),
+        );
         let prim = Prim::new(len);
         plan[ch].push(if pos == 0 {
-            prim.src(Buffer::Send, off).dst(Buffer::Recv, off).send((n > 1).then_some(next))
+            prim.src(Buffer::Send, off)
+                .dst(Buffer::Recv, off)
+                .send((n > 1).then_some(next))
         } else if pos == n - 1 {
             prim.recv([prev]).dst(Buffer::Recv, off)
         } else {
@@ -318,16 +373,24 @@ pub fn ring_reduce(s: &Shape, bytes: usize, root: usize, cut: Cut) -> Result<Pla
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (link(s.ring.after(1), ch, LinkClass::Ring), link(s.ring.before(1), ch, LinkClass::Ring));
+        let (next, prev) = (
+            link(s.ring.after(1), ch, LinkClass::Ring),
+            link(s.ring.before(1), ch, LinkClass::Ring),
+        );
         let prim = Prim::new(len).src(Buffer::Send, off);
         plan[ch].push(if n == 1 {
-            prim.dst(Buffer::Recv, off).combine(Combine::Reduce { finish: true })
+            prim.dst(Buffer::Recv, off)
+                .combine(Combine::Reduce { finish: true })
         } else if pos == 0 {
-            prim.recv([prev]).dst(Buffer::Recv, off).combine(Combine::Reduce { finish: true })
+            prim.recv([prev])
+                .dst(Buffer::Recv, off)
+                .combine(Combine::Reduce { finish: true })
         } else if pos == 1 {
             prim.send([next]).combine(Combine::Copy { pre: true })
         } else {
-            prim.recv([prev]).send([next]).combine(Combine::Reduce { finish: false })
+            prim.recv([prev])
+                .send([next])
+                .combine(Combine::Reduce { finish: false })
         });
     });
     Ok(drop_empty(plan))
@@ -339,10 +402,18 @@ pub fn ring_all_gather(s: &Shape, bytes: usize, cut: Cut) -> Plan {
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (link(s.ring.after(1), ch, LinkClass::Ring), link(s.ring.before(1), ch, LinkClass::Ring));
+        let (next, prev) = (
+            link(s.ring.after(1), ch, LinkClass::Ring),
+            link(s.ring.before(1), ch, LinkClass::Ring),
+        );
         let p = &mut plan[ch];
         let at = |rank: usize| rank * bytes + off;
-        p.push(Prim::new(len).src(Buffer::Send, off).dst(Buffer::Recv, at(s.rank)).send((n > 1).then_some(next)));
+        p.push(
+            Prim::new(len)
+                .src(Buffer::Send, off)
+                .dst(Buffer::Recv, at(s.rank))
+                .send((n > 1).then_some(next)),
+        );
         for k in 1..n {
             let owner = s.ring.before(k);
             let prim = Prim::new(len).recv([prev]).dst(Buffer::Recv, at(owner));
@@ -359,15 +430,28 @@ pub fn ring_reduce_scatter(s: &Shape, bytes: usize, cut: Cut) -> Plan {
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (link(s.ring.after(1), ch, LinkClass::Ring), link(s.ring.before(1), ch, LinkClass::Ring));
+        let (next, prev) = (
+            link(s.ring.after(1), ch, LinkClass::Ring),
+            link(s.ring.before(1), ch, LinkClass::Ring),
+        );
         let p = &mut plan[ch];
         let at = |rank: usize| rank * bytes + off;
         if n == 1 {
-            p.push(Prim::new(len).src(Buffer::Send, at(0)).dst(Buffer::Recv, off).combine(Combine::Reduce { finish: true }));
+            p.push(
+                Prim::new(len)
+                    .src(Buffer::Send, at(0))
+                    .dst(Buffer::Recv, off)
+                    .combine(Combine::Reduce { finish: true }),
+            );
             return;
         }
         // Block of the rank k after us starts its journey here after n-1-k hops…
-        p.push(Prim::new(len).src(Buffer::Send, at(s.ring.before(1))).send([next]).combine(Combine::Copy { pre: true }));
+        p.push(
+            Prim::new(len)
+                .src(Buffer::Send, at(s.ring.before(1)))
+                .send([next])
+                .combine(Combine::Copy { pre: true }),
+        );
         for k in 2..n {
             p.push(
                 Prim::new(len)
@@ -378,7 +462,11 @@ pub fn ring_reduce_scatter(s: &Shape, bytes: usize, cut: Cut) -> Plan {
             );
         }
         p.push(
-            Prim::new(len).src(Buffer::Send, at(s.rank)).recv([prev]).dst(Buffer::Recv, off).combine(Combine::Reduce { finish: true }),
+            Prim::new(len)
+                .src(Buffer::Send, at(s.rank))
+                .recv([prev])
+                .dst(Buffer::Recv, off)
+                .combine(Combine::Reduce { finish: true }),
         );
     });
     drop_empty(plan)
@@ -411,8 +499,14 @@ pub enum P2pOp {
 /// is a local copy matched with the receive from self.
 pub fn p2p(s: &Shape, ops: &[P2pOp], channel: usize) -> Result<Vec<Prim>> {
     let mut out = Vec::new();
-    let self_sends: Vec<&P2pOp> = ops.iter().filter(|o| matches!(o, P2pOp::Send { peer, .. } if *peer == s.rank)).collect();
-    let self_recvs: Vec<&P2pOp> = ops.iter().filter(|o| matches!(o, P2pOp::Recv { peer, .. } if *peer == s.rank)).collect();
+    let self_sends: Vec<&P2pOp> = ops
+        .iter()
+        .filter(|o| matches!(o, P2pOp::Send { peer, .. } if *peer == s.rank))
+        .collect();
+    let self_recvs: Vec<&P2pOp> = ops
+        .iter()
+        .filter(|o| matches!(o, P2pOp::Recv { peer, .. } if *peer == s.rank))
+        .collect();
     if self_sends.len() != self_recvs.len() {
         return Err(Error::invalid_usage(format!(
             "rank {}: {} send(s) to self but {} receive(s) from self in one group",
@@ -422,9 +516,24 @@ pub fn p2p(s: &Shape, ops: &[P2pOp], channel: usize) -> Result<Vec<Prim>> {
         )));
     }
     for (a, b) in self_sends.iter().zip(&self_recvs) {
-        if let (P2pOp::Send { offset: so, len: sl, .. }, P2pOp::Recv { offset: ro, len: rl, .. }) = (a, b) {
+        if let (
+            P2pOp::Send {
+                offset: so,
+                len: sl,
+                ..
+            },
+            P2pOp::Recv {
+                offset: ro,
+                len: rl,
+                ..
+            },
+        ) = (a, b)
+        {
             if sl > rl {
-                return Err(Error::invalid_usage(format!("rank {}: send to self of {sl} bytes into a {rl}-byte receive", s.rank)));
+                return Err(Error::invalid_usage(format!(
+                    "rank {}: send to self of {sl} bytes into a {rl}-byte receive",
+                    s.rank
+                )));
             }
             out.push(Prim::new(*sl).src(Buffer::Send, *so).dst(Buffer::Recv, *ro));
         }
@@ -433,11 +542,19 @@ pub fn p2p(s: &Shape, ops: &[P2pOp], channel: usize) -> Result<Vec<Prim>> {
         match *op {
             P2pOp::Send { peer, offset, len } if peer != s.rank => {
                 check_peer(s, peer)?;
-                out.push(Prim::new(len).src(Buffer::Send, offset).send([link(peer, channel, LinkClass::P2p)]));
+                out.push(Prim::new(len).src(Buffer::Send, offset).send([link(
+                    peer,
+                    channel,
+                    LinkClass::P2p,
+                )]));
             }
             P2pOp::Recv { peer, offset, len } if peer != s.rank => {
                 check_peer(s, peer)?;
-                out.push(Prim::new(len).recv([link(peer, channel, LinkClass::P2p)]).dst(Buffer::Recv, offset));
+                out.push(
+                    Prim::new(len)
+                        .recv([link(peer, channel, LinkClass::P2p)])
+                        .dst(Buffer::Recv, offset),
+                );
             }
             _ => {}
         }
@@ -447,7 +564,10 @@ pub fn p2p(s: &Shape, ops: &[P2pOp], channel: usize) -> Result<Vec<Prim>> {
 
 fn check_peer(s: &Shape, peer: usize) -> Result<()> {
     if peer >= s.nranks {
-        return Err(Error::invalid_argument(format!("peer {peer} is not a rank (nranks {})", s.nranks)));
+        return Err(Error::invalid_argument(format!(
+            "peer {peer} is not a rank (nranks {})",
+            s.nranks
+        )));
     }
     Ok(())
 }
@@ -459,25 +579,53 @@ pub fn p2p_collective(s: &Shape, func: Func, bytes: usize, root: usize) -> Resul
     match func {
         Func::ALL_TO_ALL => {
             for peer in 0..n {
-                ops.push(P2pOp::Send { peer, offset: peer * bytes, len: bytes });
-                ops.push(P2pOp::Recv { peer, offset: peer * bytes, len: bytes });
+                ops.push(P2pOp::Send {
+                    peer,
+                    offset: peer * bytes,
+                    len: bytes,
+                });
+                ops.push(P2pOp::Recv {
+                    peer,
+                    offset: peer * bytes,
+                    len: bytes,
+                });
             }
         }
         Func::GATHER => {
             check_peer(s, root)?;
-            ops.push(P2pOp::Send { peer: root, offset: 0, len: bytes });
+            ops.push(P2pOp::Send {
+                peer: root,
+                offset: 0,
+                len: bytes,
+            });
             if s.rank == root {
-                ops.extend((0..n).map(|peer| P2pOp::Recv { peer, offset: peer * bytes, len: bytes }));
+                ops.extend((0..n).map(|peer| P2pOp::Recv {
+                    peer,
+                    offset: peer * bytes,
+                    len: bytes,
+                }));
             }
         }
         Func::SCATTER => {
             check_peer(s, root)?;
             if s.rank == root {
-                ops.extend((0..n).map(|peer| P2pOp::Send { peer, offset: peer * bytes, len: bytes }));
+                ops.extend((0..n).map(|peer| P2pOp::Send {
+                    peer,
+                    offset: peer * bytes,
+                    len: bytes,
+                }));
             }
-            ops.push(P2pOp::Recv { peer: root, offset: 0, len: bytes });
+            ops.push(P2pOp::Recv {
+                peer: root,
+                offset: 0,
+                len: bytes,
+            });
         }
-        f => return Err(Error::invalid_argument(format!("{f:?} is not a point-to-point collective"))),
+        f => {
+            return Err(Error::invalid_argument(format!(
+                "{f:?} is not a point-to-point collective"
+            )));
+        }
     }
     Ok(ops)
 }
@@ -486,18 +634,35 @@ pub fn p2p_collective(s: &Shape, func: Func, bytes: usize, root: usize) -> Resul
 ///
 /// The one place where a primitive's arithmetic lives, shared by the proxy engine and
 /// the schedule tests.
-pub fn combine(c: Combine, red: &Reduction, src: Option<&[u8]>, recvs: &[&[u8]], out: &mut [u8]) -> Result<()> {
+pub fn combine(
+    c: Combine,
+    red: &Reduction,
+    src: Option<&[u8]>,
+    recvs: &[&[u8]],
+    out: &mut [u8],
+) -> Result<()> {
     let k = |e: cclkit_kernels::KernelError| Error::internal(format!("reduction kernel: {e}"));
     match c {
         Combine::Copy { .. } if !recvs.is_empty() => cclkit_kernels::copy(out, recvs[0]).map_err(k),
-        Combine::Copy { pre: true } => red.pre_op(out, src.ok_or_else(|| Error::internal("copy prim without input"))?).map_err(k),
-        Combine::Copy { pre: false } => cclkit_kernels::copy(out, src.ok_or_else(|| Error::internal("copy prim without input"))?).map_err(k),
+        Combine::Copy { pre: true } => red
+            .pre_op(
+                out,
+                src.ok_or_else(|| Error::internal("copy prim without input"))?,
+            )
+            .map_err(k),
+        Combine::Copy { pre: false } => cclkit_kernels::copy(
+            out,
+            src.ok_or_else(|| Error::internal("copy prim without input"))?,
+        )
+        .map_err(k),
         Combine::Reduce { finish } => red.reduce_many(out, src, recvs, finish).map_err(k),
     }
 }
 
 fn drop_empty(plan: Plan) -> Plan {
-    plan.into_iter().map(|ch| ch.into_iter().filter(|p| p.len > 0).collect()).collect()
+    plan.into_iter()
+        .map(|ch| ch.into_iter().filter(|p| p.len > 0).collect())
+        .collect()
 }
 
 #[cfg(test)]

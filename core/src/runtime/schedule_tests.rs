@@ -31,10 +31,19 @@ fn shapes(n: usize, per_host: usize) -> Vec<Shape> {
         .map(|r| Shape {
             rank: r,
             nranks: n,
-            ring: RingView { order: ring.order.clone(), index: ring.index_of(r) },
+            ring: RingView {
+                order: ring.order.clone(),
+                index: ring.index_of(r),
+            },
             trees: [
-                TreeView { up: t0[r].up, down: t0[r].down.clone() },
-                TreeView { up: t1[r].up, down: t1[r].down.clone() },
+                TreeView {
+                    up: t0[r].up,
+                    down: t0[r].down.clone(),
+                },
+                TreeView {
+                    up: t1[r].up,
+                    down: t1[r].down.clone(),
+                },
             ],
         })
         .collect()
@@ -45,43 +54,71 @@ fn simulate(plans: &[Plan], red: &Reduction, slice: usize, send: &[Vec<u8>], rec
     let n = plans.len();
     let mut queues: HashMap<(usize, usize, usize, LinkClass), VecDeque<Vec<u8>>> = HashMap::new();
     // (channel, prim index, slice index) per rank.
-    let mut cursor: Vec<Vec<(usize, usize)>> = plans.iter().map(|p| vec![(0, 0); p.len()]).collect();
+    let mut cursor: Vec<Vec<(usize, usize)>> =
+        plans.iter().map(|p| vec![(0, 0); p.len()]).collect();
     loop {
         let mut progressed = false;
         for r in 0..n {
             for ch in 0..plans[r].len() {
                 let (pi, si) = cursor[r][ch];
-                let Some(prim) = plans[r][ch].get(pi) else { continue };
+                let Some(prim) = plans[r][ch].get(pi) else {
+                    continue;
+                };
                 let off = si * slice;
                 let len = slice.min(prim.len - off);
-                let ready = prim.recv.iter().all(|l| queues.get(&(l.peer, r, l.channel, l.class)).is_some_and(|q| !q.is_empty()));
+                let ready = prim.recv.iter().all(|l| {
+                    queues
+                        .get(&(l.peer, r, l.channel, l.class))
+                        .is_some_and(|q| !q.is_empty())
+                });
                 if !ready {
                     continue;
                 }
                 let recvs: Vec<Vec<u8>> = prim
                     .recv
                     .iter()
-                    .map(|l| queues.get_mut(&(l.peer, r, l.channel, l.class)).unwrap().pop_front().unwrap())
+                    .map(|l| {
+                        queues
+                            .get_mut(&(l.peer, r, l.channel, l.class))
+                            .unwrap()
+                            .pop_front()
+                            .unwrap()
+                    })
                     .collect();
                 for v in &recvs {
-                    assert_eq!(v.len(), len, "rank {r} ch {ch} prim {pi}: slice size mismatch");
+                    assert_eq!(
+                        v.len(),
+                        len,
+                        "rank {r} ch {ch} prim {pi}: slice size mismatch"
+                    );
                 }
                 let src = prim.src.map(|s| {
-                    let b = if s.buf == Buffer::Send { &send[r] } else { &recv[r] };
+                    let b = if s.buf == Buffer::Send {
+                        &send[r]
+                    } else {
+                        &recv[r]
+                    };
                     b[s.offset + off..s.offset + off + len].to_vec()
                 });
                 let refs: Vec<&[u8]> = recvs.iter().map(Vec::as_slice).collect();
                 let mut out = vec![0u8; len];
                 combine(prim.combine, red, src.as_deref(), &refs, &mut out).unwrap();
                 for l in &prim.send {
-                    queues.entry((r, l.peer, l.channel, l.class)).or_default().push_back(out.clone());
+                    queues
+                        .entry((r, l.peer, l.channel, l.class))
+                        .or_default()
+                        .push_back(out.clone());
                 }
                 if let Some(d) = prim.dst {
                     assert_eq!(d.buf, Buffer::Recv);
                     recv[r][d.offset + off..d.offset + off + len].copy_from_slice(&out);
                 }
                 progressed = true;
-                cursor[r][ch] = if off + len >= prim.len { (pi + 1, 0) } else { (pi, si + 1) };
+                cursor[r][ch] = if off + len >= prim.len {
+                    (pi + 1, 0)
+                } else {
+                    (pi, si + 1)
+                };
             }
         }
         if !progressed {
@@ -90,17 +127,29 @@ fn simulate(plans: &[Plan], red: &Reduction, slice: usize, send: &[Vec<u8>], rec
     }
     for r in 0..n {
         for ch in 0..plans[r].len() {
-            assert_eq!(cursor[r][ch].0, plans[r][ch].len(), "rank {r} channel {ch} deadlocked at prim {:?}", cursor[r][ch]);
+            assert_eq!(
+                cursor[r][ch].0,
+                plans[r][ch].len(),
+                "rank {r} channel {ch} deadlocked at prim {:?}",
+                cursor[r][ch]
+            );
         }
     }
-    assert!(queues.values().all(VecDeque::is_empty), "unconsumed slices left on links");
+    assert!(
+        queues.values().all(VecDeque::is_empty),
+        "unconsumed slices left on links"
+    );
 }
 
 fn ints(seed: u64, count: usize) -> Vec<i32> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..count)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((x >> 33) as i32) % 1000 - 500
         })
         .collect()
@@ -111,7 +160,9 @@ fn bytes(v: &[i32]) -> Vec<u8> {
 }
 
 fn back(b: &[u8]) -> Vec<i32> {
-    b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 const CUTS: [(usize, usize, usize); 3] = [(1, 64, 20), (2, 40, 12), (3, 400, 400)];
@@ -124,7 +175,9 @@ fn all_reduce_ring_and_tree() {
             for count in [0usize, 1, 13, 97, 1000] {
                 for op in [RedOp::SUM, RedOp::AVG, RedOp::MAX] {
                     let red = Reduction::new(DataType::INT32, op, n as u32).unwrap();
-                    let inputs: Vec<Vec<i32>> = (0..n).map(|r| ints(r as u64 * 31 + count as u64, count)).collect();
+                    let inputs: Vec<Vec<i32>> = (0..n)
+                        .map(|r| ints(r as u64 * 31 + count as u64, count))
+                        .collect();
                     let want: Vec<i32> = (0..count)
                         .map(|i| {
                             let col = inputs.iter().map(|v| v[i]);
@@ -137,16 +190,30 @@ fn all_reduce_ring_and_tree() {
                         .collect();
                     for (channels, chunk, slice) in CUTS {
                         for tree in [false, true] {
-                            let cut = Cut { channels, chunk, elem: 4 };
+                            let cut = Cut {
+                                channels,
+                                chunk,
+                                elem: 4,
+                            };
                             let plans: Vec<Plan> = sh
                                 .iter()
-                                .map(|s| if tree { tree_all_reduce(s, count * 4, cut) } else { ring_all_reduce(s, count * 4, cut) })
+                                .map(|s| {
+                                    if tree {
+                                        tree_all_reduce(s, count * 4, cut)
+                                    } else {
+                                        ring_all_reduce(s, count * 4, cut)
+                                    }
+                                })
                                 .collect();
                             let send: Vec<Vec<u8>> = inputs.iter().map(|v| bytes(v)).collect();
                             let mut recv = vec![vec![0u8; count * 4]; n];
                             simulate(&plans, &red, slice, &send, &mut recv);
                             for r in 0..n {
-                                assert_eq!(back(&recv[r]), want, "n={n} count={count} {op:?} tree={tree} rank {r}");
+                                assert_eq!(
+                                    back(&recv[r]),
+                                    want,
+                                    "n={n} count={count} {op:?} tree={tree} rank {r}"
+                                );
                             }
                         }
                     }
@@ -164,23 +231,41 @@ fn rooted_and_gather_scatter_collectives() {
         for count in [0usize, 1, 7, 301] {
             let inputs: Vec<Vec<i32>> = (0..n).map(|r| ints(r as u64 + 7, count)).collect();
             for (channels, chunk, slice) in CUTS {
-                let cut = Cut { channels, chunk, elem: 4 };
+                let cut = Cut {
+                    channels,
+                    chunk,
+                    elem: 4,
+                };
                 for root in 0..n {
                     // Broadcast.
-                    let plans: Vec<Plan> = sh.iter().map(|s| ring_broadcast(s, count * 4, root, cut).unwrap()).collect();
+                    let plans: Vec<Plan> = sh
+                        .iter()
+                        .map(|s| ring_broadcast(s, count * 4, root, cut).unwrap())
+                        .collect();
                     let send: Vec<Vec<u8>> = inputs.iter().map(|v| bytes(v)).collect();
                     let mut recv = vec![vec![0u8; count * 4]; n];
                     simulate(&plans, &red, slice, &send, &mut recv);
-                    assert!(recv.iter().all(|b| back(b) == inputs[root]), "broadcast n={n} root={root}");
+                    assert!(
+                        recv.iter().all(|b| back(b) == inputs[root]),
+                        "broadcast n={n} root={root}"
+                    );
                     // Reduce.
-                    let plans: Vec<Plan> = sh.iter().map(|s| ring_reduce(s, count * 4, root, cut).unwrap()).collect();
+                    let plans: Vec<Plan> = sh
+                        .iter()
+                        .map(|s| ring_reduce(s, count * 4, root, cut).unwrap())
+                        .collect();
                     let mut recv = vec![vec![0u8; count * 4]; n];
                     simulate(&plans, &red, slice, &send, &mut recv);
-                    let want: Vec<i32> = (0..count).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+                    let want: Vec<i32> = (0..count)
+                        .map(|i| inputs.iter().map(|v| v[i]).sum())
+                        .collect();
                     assert_eq!(back(&recv[root]), want, "reduce n={n} root={root}");
                 }
                 // AllGather: count per rank.
-                let plans: Vec<Plan> = sh.iter().map(|s| ring_all_gather(s, count * 4, cut)).collect();
+                let plans: Vec<Plan> = sh
+                    .iter()
+                    .map(|s| ring_all_gather(s, count * 4, cut))
+                    .collect();
                 let send: Vec<Vec<u8>> = inputs.iter().map(|v| bytes(v)).collect();
                 let mut recv = vec![vec![0u8; n * count * 4]; n];
                 simulate(&plans, &red, slice, &send, &mut recv);
@@ -188,19 +273,30 @@ fn rooted_and_gather_scatter_collectives() {
                 assert!(recv.iter().all(|b| back(b) == want), "allgather n={n}");
                 // ReduceScatter: inputs of n × count.
                 let big: Vec<Vec<i32>> = (0..n).map(|r| ints(r as u64 + 99, n * count)).collect();
-                let plans: Vec<Plan> = sh.iter().map(|s| ring_reduce_scatter(s, count * 4, cut)).collect();
+                let plans: Vec<Plan> = sh
+                    .iter()
+                    .map(|s| ring_reduce_scatter(s, count * 4, cut))
+                    .collect();
                 let send: Vec<Vec<u8>> = big.iter().map(|v| bytes(v)).collect();
                 let mut recv = vec![vec![0u8; count * 4]; n];
                 simulate(&plans, &red, slice, &send, &mut recv);
                 for r in 0..n {
-                    let want: Vec<i32> = (0..count).map(|i| big.iter().map(|v| v[r * count + i]).sum()).collect();
+                    let want: Vec<i32> = (0..count)
+                        .map(|i| big.iter().map(|v| v[r * count + i]).sum())
+                        .collect();
                     assert_eq!(back(&recv[r]), want, "reducescatter n={n} rank {r}");
                 }
             }
             // AllToAll / Gather / Scatter through p2p.
-            for (func, root) in [(Func::ALL_TO_ALL, 0), (Func::GATHER, n - 1), (Func::SCATTER, n / 2)] {
+            for (func, root) in [
+                (Func::ALL_TO_ALL, 0),
+                (Func::GATHER, n - 1),
+                (Func::SCATTER, n / 2),
+            ] {
                 let per = count * 4;
-                let send: Vec<Vec<u8>> = (0..n).map(|r| bytes(&ints(r as u64 * 5 + 1, n * count))).collect();
+                let send: Vec<Vec<u8>> = (0..n)
+                    .map(|r| bytes(&ints(r as u64 * 5 + 1, n * count)))
+                    .collect();
                 let mut recv = vec![vec![0u8; n * per]; n];
                 let plans: Vec<Plan> = sh
                     .iter()
@@ -211,15 +307,27 @@ fn rooted_and_gather_scatter_collectives() {
                     match func {
                         Func::ALL_TO_ALL => {
                             for p in 0..n {
-                                assert_eq!(recv[r][p * per..(p + 1) * per], send[p][r * per..(r + 1) * per], "alltoall");
+                                assert_eq!(
+                                    recv[r][p * per..(p + 1) * per],
+                                    send[p][r * per..(r + 1) * per],
+                                    "alltoall"
+                                );
                             }
                         }
                         Func::GATHER if r == root => {
                             for p in 0..n {
-                                assert_eq!(recv[r][p * per..(p + 1) * per], send[p][..per], "gather");
+                                assert_eq!(
+                                    recv[r][p * per..(p + 1) * per],
+                                    send[p][..per],
+                                    "gather"
+                                );
                             }
                         }
-                        Func::SCATTER => assert_eq!(recv[r][..per], send[root][r * per..(r + 1) * per], "scatter"),
+                        Func::SCATTER => assert_eq!(
+                            recv[r][..per],
+                            send[root][r * per..(r + 1) * per],
+                            "scatter"
+                        ),
                         _ => {}
                     }
                 }
@@ -231,9 +339,45 @@ fn rooted_and_gather_scatter_collectives() {
 #[test]
 fn p2p_self_send_must_match() {
     let sh = shapes(3, 1);
-    let err = p2p(&sh[1], &[P2pOp::Send { peer: 1, offset: 0, len: 8 }], 0).unwrap_err();
+    let err = p2p(
+        &sh[1],
+        &[P2pOp::Send {
+            peer: 1,
+            offset: 0,
+            len: 8,
+        }],
+        0,
+    )
+    .unwrap_err();
     assert!(err.message().contains("send(s) to self"), "{err}");
-    let err = p2p(&sh[1], &[P2pOp::Send { peer: 1, offset: 0, len: 8 }, P2pOp::Recv { peer: 1, offset: 0, len: 4 }], 0).unwrap_err();
+    let err = p2p(
+        &sh[1],
+        &[
+            P2pOp::Send {
+                peer: 1,
+                offset: 0,
+                len: 8,
+            },
+            P2pOp::Recv {
+                peer: 1,
+                offset: 0,
+                len: 4,
+            },
+        ],
+        0,
+    )
+    .unwrap_err();
     assert!(err.message().contains("into a 4-byte receive"), "{err}");
-    assert!(p2p(&sh[0], &[P2pOp::Recv { peer: 9, offset: 0, len: 4 }], 0).is_err());
+    assert!(
+        p2p(
+            &sh[0],
+            &[P2pOp::Recv {
+                peer: 9,
+                offset: 0,
+                len: 4
+            }],
+            0
+        )
+        .is_err()
+    );
 }

@@ -69,15 +69,23 @@ pub fn host_hash() -> u64 {
     hostname.trim().hash(&mut h);
     match std::env::var("NCCL_HOSTID") {
         Ok(id) => id.hash(&mut h),
-        Err(_) => std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim().hash(&mut h),
+        Err(_) => std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .unwrap_or_default()
+            .trim()
+            .hash(&mut h),
     }
-    std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default().hash(&mut h);
+    std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+        .hash(&mut h);
     h.finish()
 }
 
 /// This machine's hostname.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Underlay distance between two hosts from their addresses: 1 for the same /24
@@ -96,7 +104,13 @@ pub fn host_distance(a: IpAddr, b: IpAddr) -> u32 {
         }
         (IpAddr::V6(a), IpAddr::V6(b)) => {
             let (a, b) = (a.segments(), b.segments());
-            if a[..4] == b[..4] { 1 } else if a[..3] == b[..3] { 2 } else { 3 }
+            if a[..4] == b[..4] {
+                1
+            } else if a[..3] == b[..3] {
+                2
+            } else {
+                3
+            }
         }
         _ => 3,
     }
@@ -153,7 +167,11 @@ fn ring_cost(order: &[usize], peers: &[PeerInfo]) -> u32 {
     (0..n)
         .map(|i| {
             let (a, b) = (&peers[order[i]], &peers[order[(i + 1) % n]]);
-            if a.host_hash == b.host_hash { 0 } else { host_distance(a.ip, b.ip) }
+            if a.host_hash == b.host_hash {
+                0
+            } else {
+                host_distance(a.ip, b.ip)
+            }
         })
         .sum()
 }
@@ -189,12 +207,24 @@ pub fn ring(peers: &[PeerInfo]) -> Ring {
             }
         }
     }
-    let order: Vec<usize> = tour.iter().flat_map(|&h| hosts[h].iter().copied()).collect();
+    let order: Vec<usize> = tour
+        .iter()
+        .flat_map(|&h| hosts[h].iter().copied())
+        .collect();
     let crossings = if hosts.len() > 1 { hosts.len() } else { 0 };
     // Lower bound: each host is left once, at least at the smallest inter-host distance.
-    let min_d = (0..m).flat_map(|a| (0..m).filter(move |&b| b != a).map(move |b| (a, b))).map(|(a, b)| d(a, b)).min();
+    let min_d = (0..m)
+        .flat_map(|a| (0..m).filter(move |&b| b != a).map(move |b| (a, b)))
+        .map(|(a, b)| d(a, b))
+        .min();
     let bound = min_d.map_or(0, |x| x * m as u32);
-    let stretch = |cost: u32| if bound == 0 { 1.0 } else { f64::from(cost) / f64::from(bound) };
+    let stretch = |cost: u32| {
+        if bound == 0 {
+            1.0
+        } else {
+            f64::from(cost) / f64::from(bound)
+        }
+    };
     let naive: Vec<usize> = (0..peers.len()).collect();
     Ring {
         stretch: stretch(ring_cost(&order, peers)),
@@ -270,10 +300,16 @@ pub fn tree(peers: &[PeerInfo], ring: &Ring, which: usize) -> Vec<TreeNode> {
     let n = hosts.len();
     let mut nodes = vec![TreeNode::default(); peers.len()];
     for (hi, host) in hosts.iter().enumerate() {
-        let (u, a, b) = if which == 0 { btree(n, hi) } else { btree_second(n, hi) };
+        let (u, a, b) = if which == 0 {
+            btree(n, hi)
+        } else {
+            btree_second(n, hi)
+        };
         let head = host[0];
         nodes[head].up = u.map(|p| hosts[p][0]);
-        nodes[head].down.extend([a, b].into_iter().flatten().map(|c| hosts[c][0]));
+        nodes[head]
+            .down
+            .extend([a, b].into_iter().flatten().map(|c| hosts[c][0]));
         for w in host.windows(2) {
             nodes[w[0]].down.push(w[1]);
             nodes[w[1]].up = Some(w[0]);
@@ -322,7 +358,11 @@ impl PciDistance {
 }
 
 fn numa_node(pci: &str) -> Option<i32> {
-    std::fs::read_to_string(format!("{pci}/numa_node")).ok()?.trim().parse().ok()
+    std::fs::read_to_string(format!("{pci}/numa_node"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Distance between two devices from their `/sys/devices/pci…` paths.
@@ -331,7 +371,10 @@ pub fn pci_distance(a: &str, b: &str) -> PciDistance {
     let pb: Vec<&str> = b.trim_end_matches('/').split('/').collect();
     let common = pa.iter().zip(&pb).take_while(|(x, y)| x == y).count();
     // Components: "", "sys", "devices", "pci0000:00" (root complex), root port, switches…, device.
-    let root = pa.iter().position(|c| c.starts_with("pci")).map_or(usize::MAX, |i| i + 1);
+    let root = pa
+        .iter()
+        .position(|c| c.starts_with("pci"))
+        .map_or(usize::MAX, |i| i + 1);
     if common < root {
         return match (numa_node(a), numa_node(b)) {
             (Some(x), Some(y)) if x == y && x >= 0 => PciDistance::Node,
@@ -348,17 +391,32 @@ pub fn pci_distance(a: &str, b: &str) -> PciDistance {
 
 /// The device channel `channel` of a rank uses: the closest devices to `near` (the
 /// rank's GPU, if any), preferring the rank's rail, spread across ranks and channels.
-pub fn select_nic(devices: &[NetDevice], near: Option<&str>, local_rank: usize, channel: usize) -> Option<usize> {
+pub fn select_nic(
+    devices: &[NetDevice],
+    near: Option<&str>,
+    local_rank: usize,
+    channel: usize,
+) -> Option<usize> {
     let dist = |d: &NetDevice| match (near, d.pci_path.as_deref()) {
         (Some(g), Some(n)) => pci_distance(g, n),
         _ => PciDistance::Node,
     };
     let best = devices.iter().map(dist).min()?;
-    let mut close: Vec<usize> = (0..devices.len()).filter(|&i| dist(&devices[i]) == best).collect();
-    let rails: Vec<usize> = close.iter().copied().filter(|&i| devices[i].rail_id >= 0).collect();
+    let mut close: Vec<usize> = (0..devices.len())
+        .filter(|&i| dist(&devices[i]) == best)
+        .collect();
+    let rails: Vec<usize> = close
+        .iter()
+        .copied()
+        .filter(|&i| devices[i].rail_id >= 0)
+        .collect();
     if !rails.is_empty() {
         let n_rails = rails.len();
-        let mine: Vec<usize> = rails.iter().copied().filter(|&i| devices[i].rail_id as usize % n_rails == local_rank % n_rails).collect();
+        let mine: Vec<usize> = rails
+            .iter()
+            .copied()
+            .filter(|&i| devices[i].rail_id as usize % n_rails == local_rank % n_rails)
+            .collect();
         if !mine.is_empty() {
             close = mine;
         }
@@ -369,7 +427,12 @@ pub fn select_nic(devices: &[NetDevice], near: Option<&str>, local_rank: usize, 
 /// Whether GPUDirect RDMA may be used between a GPU and a NIC at `distance`:
 /// `NCCL_NET_GDR_LEVEL` (default PXB) bounds the distance; for sends (reads from GPU
 /// memory) `NCCL_NET_GDR_READ` must also allow it (default: on).
-pub fn gdr_enabled(distance: PciDistance, read: bool, level: Option<PciDistance>, gdr_read: Option<bool>) -> bool {
+pub fn gdr_enabled(
+    distance: PciDistance,
+    read: bool,
+    level: Option<PciDistance>,
+    gdr_read: Option<bool>,
+) -> bool {
     distance <= level.unwrap_or(PciDistance::Pxb) && (!read || gdr_read.unwrap_or(true))
 }
 
@@ -394,12 +457,16 @@ mod tests {
     fn ring_keeps_hosts_contiguous_and_near() {
         // Ranks interleaved over 3 hosts; hosts A and C share a subnet, B is far.
         let ips = ["10.0.1.1", "10.1.7.1", "10.0.1.2"];
-        let peers: Vec<PeerInfo> = (0..9).map(|r| peer(r, (r % 3) as u64, ips[r % 3])).collect();
+        let peers: Vec<PeerInfo> = (0..9)
+            .map(|r| peer(r, (r % 3) as u64, ips[r % 3]))
+            .collect();
         let ring = ring(&peers);
         assert_eq!(ring.order.len(), 9);
         assert_eq!(ring.order[0], 0);
         // Each host's ranks are adjacent: the host changes exactly 3 times around the ring.
-        let changes = (0..9).filter(|&i| peers[ring.order[i]].host_hash != peers[ring.order[(i + 1) % 9]].host_hash).count();
+        let changes = (0..9)
+            .filter(|&i| peers[ring.order[i]].host_hash != peers[ring.order[(i + 1) % 9]].host_hash)
+            .count();
         assert_eq!((changes, ring.crossings, ring.hosts), (3, 3, 3));
         assert!(ring.rank_order_stretch > ring.stretch, "{ring:?}");
         for r in 0..9 {
@@ -411,7 +478,13 @@ mod tests {
     fn btree_is_a_spanning_tree_for_any_n() {
         for n in 1..40 {
             for second in [false, true] {
-                let f = |r| if second { btree_second(n, r) } else { btree(n, r) };
+                let f = |r| {
+                    if second {
+                        btree_second(n, r)
+                    } else {
+                        btree(n, r)
+                    }
+                };
                 let mut parents = vec![None; n];
                 let mut roots = 0;
                 for r in 0..n {
@@ -435,7 +508,9 @@ mod tests {
 
     #[test]
     fn tree_chains_inside_hosts() {
-        let peers: Vec<PeerInfo> = (0..6).map(|r| peer(r, (r / 2) as u64, &format!("10.0.0.{}", r / 2 + 1))).collect();
+        let peers: Vec<PeerInfo> = (0..6)
+            .map(|r| peer(r, (r / 2) as u64, &format!("10.0.0.{}", r / 2 + 1)))
+            .collect();
         let ring = ring(&peers);
         for which in 0..2 {
             let t = tree(&peers, &ring, which);
@@ -475,14 +550,25 @@ mod tests {
             rail_id: rail,
             plane_id: -1,
         };
-        let devs = vec![dev(nic_other_rc, -1), dev(nic_same_switch, -1), dev(nic_other_port, -1)];
+        let devs = vec![
+            dev(nic_other_rc, -1),
+            dev(nic_same_switch, -1),
+            dev(nic_other_port, -1),
+        ];
         assert_eq!(select_nic(&devs, Some(gpu), 0, 0), Some(1));
         // Without a GPU every device is equally close: channels spread across them.
-        let picks: Vec<_> = (0..3).map(|c| select_nic(&devs, None, 0, c).unwrap()).collect();
+        let picks: Vec<_> = (0..3)
+            .map(|c| select_nic(&devs, None, 0, c).unwrap())
+            .collect();
         assert_eq!(picks, vec![0, 1, 2]);
         assert!(gdr_enabled(PciDistance::Pix, true, None, None));
         assert!(!gdr_enabled(PciDistance::Sys, false, None, None));
         assert!(!gdr_enabled(PciDistance::Pix, true, None, Some(false)));
-        assert!(gdr_enabled(PciDistance::Sys, false, PciDistance::parse("SYS"), None));
+        assert!(gdr_enabled(
+            PciDistance::Sys,
+            false,
+            PciDistance::parse("SYS"),
+            None
+        ));
     }
 }

@@ -1,0 +1,496 @@
+//! Choosing algorithm × protocol × channels × chunk for each collective, exactly the
+//! way NCCL calls tuners.
+//!
+//! 1. The built-in cost model fills a flat `float[7][3]` table with predicted times in
+//!    µs for the combinations this runtime supports for the call (others stay -1).
+//! 2. `NCCL_ALGO` / `NCCL_PROTO` remove combinations (set them to -1).
+//! 3. A tuner plugin's `getCollInfo` may lower or ignore entries and set `nChannels`.
+//! 4. The cheapest non-negative entry wins (ties: first in algo-major order), then the
+//!    chunk size is computed and offered to the tuner's `getChunkSize` (v6).
+//!
+//! A tuner that fails or leaves nothing usable gets the built-in choice for that call,
+//! counted and reported at WARN (`CCLKIT_STRICT=1` makes it an error). Every decision
+//! is recorded so "was my choice honoured?" has an answer (`CCLKIT_TUNER_REPORT=1`).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use cclkit_abi::raw::common::{
+    Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, NCCL_NUM_PROTOCOLS, Protocol,
+};
+
+use super::error::{Error, Result};
+use super::protocol::ProtoParams;
+use crate::plugin::tuner::{COST_TABLE_LEN, CostTable, TunerConstants, TunerContext};
+
+/// Index of `(algo, proto)` in the flat table.
+pub fn idx(a: Algorithm, p: Protocol) -> usize {
+    a.0 as usize * NCCL_NUM_PROTOCOLS + p.0 as usize
+}
+
+/// NCCL 2.30's default model constants (latencies in µs, bandwidths in GB/s), the
+/// values a v5/v6 tuner's `init` receives and may rewrite.
+pub fn default_constants() -> TunerConstants {
+    let mut c = TunerConstants::default();
+    // Tree, Ring rows of baseLat; the other algorithms have no base latency.
+    c.baseLatencies[0] = [6.8, 14.0, 8.4];
+    c.baseLatencies[1] = [6.6, 14.0, 8.4];
+    // hwLat[NVLINK], [PCI], [NET] for Tree and Ring.
+    c.hwLatencies[0][0] = [0.6, 1.25, 4.0];
+    c.hwLatencies[0][1] = [0.6, 1.9, 3.4];
+    c.hwLatencies[1][0] = [1.0, 1.9, 4.0];
+    c.hwLatencies[1][1] = [1.0, 2.5, 5.7];
+    c.hwLatencies[2][0] = [5.0, 8.5, 14.0];
+    c.hwLatencies[2][1] = [2.7, 4.0, 14.0];
+    c.llMaxBws = [
+        [39.0, 39.0, 20.4],
+        [87.7, 22.5, 19.0],
+        [141.0, 45.0, 35.0],
+        [141.0, 45.0, 35.0],
+    ];
+    c.perChMaxRingLL128Bws = [
+        [20.0, 20.0, 20.0],
+        [20.0, 20.0, 20.0],
+        [36.7, 36.7, 36.7],
+        [36.7, 36.7, 36.7],
+    ];
+    c.perChMaxTreeLL128Bws = [
+        [20.0, 20.0, 20.0],
+        [20.0, 20.0, 20.0],
+        [36.7, 36.7, 29.0],
+        [36.7, 36.7, 29.0],
+    ];
+    c.perChMaxTreeBws = [
+        [26.5, 18.5, 10.0],
+        [24.0, 23.6, 17.8],
+        [38.7, 41.4, 36.0],
+        [70.0, 42.8, 24.0],
+    ];
+    c.perChMaxNVLSTreeBws = [[0.0; 3], [0.0; 3], [36.7, 36.7, 25.0], [55.6, 31.67, 20.0]];
+    c
+}
+
+/// Which part of the decision came from where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// The built-in cost model.
+    Model,
+    /// The tuner plugin.
+    Tuner,
+    /// The tuner failed or chose nothing usable: built-in choice for this call.
+    Fallback,
+}
+
+/// What a collective actually ran with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Algorithm.
+    pub algo: Algorithm,
+    /// Protocol.
+    pub proto: Protocol,
+    /// Channels used.
+    pub channels: usize,
+    /// Chunk bytes.
+    pub chunk: usize,
+    /// Who chose.
+    pub source: Source,
+}
+
+/// Whether `name` is allowed for `func` by an `NCCL_ALGO` / `NCCL_PROTO` value:
+/// `a,b`, `^a,b`, or per collective `allreduce:tree,ring;broadcast:ring` (NCCL 2.24+;
+/// collectives not listed are unrestricted). `None` when the variable is unset.
+fn allowed_for(value: Option<&str>, func: Func, name: &str) -> Option<bool> {
+    let v = value?;
+    if !v.contains(':') {
+        return allowed(Some(v), name);
+    }
+    let fname = match func {
+        Func::ALL_REDUCE => "allreduce",
+        Func::BROADCAST => "broadcast",
+        Func::REDUCE => "reduce",
+        Func::ALL_GATHER => "allgather",
+        Func::REDUCE_SCATTER => "reducescatter",
+        _ => "",
+    };
+    for part in v.split(';') {
+        if let Some((f, list)) = part.split_once(':')
+            && f.trim().eq_ignore_ascii_case(fname)
+        {
+            return allowed(Some(list), name);
+        }
+    }
+    None
+}
+
+/// A name list as NCCL parses `NCCL_ALGO` / `NCCL_PROTO` (`a,b` or `^a,b`).
+fn allowed(value: Option<&str>, name: &str) -> Option<bool> {
+    let v = value?.trim().to_ascii_lowercase();
+    let (neg, list) = match v.strip_prefix('^') {
+        Some(rest) => (true, rest.to_string()),
+        None => (false, v),
+    };
+    let hit = list
+        .split(',')
+        .any(|x| x.trim() == name.to_ascii_lowercase());
+    Some(hit != neg)
+}
+
+/// Inputs of the built-in model.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelInputs {
+    /// Ranks.
+    pub n_ranks: usize,
+    /// Nodes (hosts).
+    pub n_nodes: usize,
+    /// Network bandwidth per channel in GB/s.
+    pub net_gbps: f64,
+    /// Network latency in µs.
+    pub net_lat_us: f64,
+}
+
+/// The runtime's tuning state for one communicator.
+pub struct Tuning {
+    tuner: Option<Mutex<TunerContext>>,
+    constants: TunerConstants,
+    model: ModelInputs,
+    algo_env: Option<String>,
+    proto_env: Option<String>,
+    strict: bool,
+    records: Mutex<BTreeMap<(i32, u32), (Decision, u64)>>,
+    fallbacks: Mutex<u64>,
+}
+
+impl Tuning {
+    /// Tuning with an optional tuner plugin (already initialised with `constants`).
+    pub fn new(
+        tuner: Option<TunerContext>,
+        constants: TunerConstants,
+        model: ModelInputs,
+        strict: bool,
+    ) -> Self {
+        Self {
+            tuner: tuner.map(Mutex::new),
+            constants,
+            model,
+            algo_env: None,
+            proto_env: None,
+            strict,
+            records: Mutex::new(BTreeMap::new()),
+            fallbacks: Mutex::new(0),
+        }
+    }
+
+    /// Overrides `NCCL_ALGO` / `NCCL_PROTO` (tests and tools).
+    pub fn force(&mut self, algo: Option<String>, proto: Option<String>) {
+        self.algo_env = algo;
+        self.proto_env = proto;
+    }
+
+    /// Name of the tuner plugin in use, if any.
+    pub fn tuner_name(&self) -> Option<String> {
+        self.tuner.as_ref().and_then(|t| {
+            t.lock()
+                .ok()
+                .map(|t| format!("{} v{}", t.plugin().name(), t.plugin().version()))
+        })
+    }
+
+    /// The built-in model's time in µs for `(algo, proto)`.
+    pub fn model_time(
+        &self,
+        func: Func,
+        bytes: usize,
+        a: Algorithm,
+        p: Protocol,
+        channels: usize,
+    ) -> f32 {
+        let m = &self.model;
+        let n = m.n_ranks.max(1) as f64;
+        let nodes = m.n_nodes.max(1) as f64;
+        let (ai, pi) = (a.0 as usize, p.0 as usize);
+        let lat = self.constants.baseLatencies[ai][pi]
+            + self.constants.hwLatencies[2][ai][pi]
+            + m.net_lat_us;
+        let eff = match p {
+            Protocol::LL => 0.5,
+            Protocol::LL128 => 120.0 / 128.0,
+            _ => 1.0,
+        };
+        // Bytes each rank must move through its link, and latency-bound steps.
+        let (steps, moved) = match (func, a) {
+            (Func::ALL_REDUCE, Algorithm::TREE) => (
+                2.0 * (nodes + 1.0).log2().ceil() + 2.0 * (n / nodes - 1.0),
+                3.0,
+            ),
+            (Func::ALL_REDUCE, _) => (2.0 * (n - 1.0), 2.0 * (n - 1.0) / n),
+            (Func::ALL_GATHER | Func::REDUCE_SCATTER, _) => (n - 1.0, (n - 1.0) / n),
+            _ => (n - 1.0, 1.0),
+        };
+        let bw_bytes_per_us = m.net_gbps * 1e3 * channels.max(1) as f64 * eff;
+        (lat * steps + bytes as f64 * moved / bw_bytes_per_us) as f32
+    }
+
+    /// The table NCCL would hand the tuner for this call.
+    pub fn table(&self, func: Func, bytes: usize, channels: usize) -> CostTable {
+        let mut t: CostTable = [NCCL_ALGO_PROTO_IGNORE; COST_TABLE_LEN];
+        if self.model.n_ranks <= 1 {
+            t[idx(Algorithm::RING, Protocol::SIMPLE)] = 0.0;
+            return t;
+        }
+        let algos: &[Algorithm] = if func == Func::ALL_REDUCE {
+            &[Algorithm::TREE, Algorithm::RING]
+        } else {
+            &[Algorithm::RING]
+        };
+        for &a in algos {
+            for p in [Protocol::LL, Protocol::LL128, Protocol::SIMPLE] {
+                let ok = allowed_for(self.algo_env.as_deref(), func, a.name().unwrap_or(""))
+                    .unwrap_or(true)
+                    && allowed_for(self.proto_env.as_deref(), func, proto_env_name(p))
+                        .unwrap_or(true);
+                if ok {
+                    t[idx(a, p)] = self.model_time(func, bytes, a, p, channels);
+                }
+            }
+        }
+        t
+    }
+
+    /// Decides how to run `func` on `bytes` (the size NCCL would report to tuners).
+    pub fn decide(
+        &self,
+        func: Func,
+        bytes: usize,
+        max_channels: usize,
+        params: &dyn Fn(Protocol) -> ProtoParams,
+    ) -> Result<Decision> {
+        let default_ch = bytes.div_ceil(64 << 10).clamp(1, max_channels.max(1));
+        let base = self.table(func, bytes, default_ch);
+        let cheapest = |t: &CostTable| -> Option<(Algorithm, Protocol)> {
+            let mut best: Option<(usize, f32)> = None;
+            for (i, &c) in t.iter().enumerate() {
+                if c >= 0.0 && best.is_none_or(|(_, b)| c < b) {
+                    best = Some((i, c));
+                }
+            }
+            best.map(|(i, _)| {
+                (
+                    Algorithm((i / NCCL_NUM_PROTOCOLS) as i32),
+                    Protocol((i % NCCL_NUM_PROTOCOLS) as i32),
+                )
+            })
+        };
+        let Some(model_pick) = cheapest(&base) else {
+            return Err(Error::invalid_usage(format!(
+                "no algorithm/protocol available for {func:?} of {bytes} bytes (NCCL_ALGO={:?}, NCCL_PROTO={:?})",
+                self.algo_env, self.proto_env
+            )));
+        };
+        let mut source = Source::Model;
+        let (mut pick, mut nch) = (model_pick, 0i32);
+        if let Some(tuner) = &self.tuner {
+            let mut t = tuner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut table = base;
+            let outcome = t.get_coll_info(func, bytes, 1, false, &mut table, &mut nch);
+            match outcome.map(|()| cheapest(&table)) {
+                Ok(Some(p)) => {
+                    pick = p;
+                    source = if p != model_pick || table != base || nch != 0 {
+                        Source::Tuner
+                    } else {
+                        Source::Model
+                    };
+                }
+                Ok(None) => {
+                    source = self.fallback(format!(
+                        "tuner left no usable entry for {func:?} of {bytes} bytes"
+                    ))?
+                }
+                Err(e) => {
+                    nch = 0;
+                    source = self.fallback(format!("{e}"))?;
+                }
+            }
+        }
+        let channels = if nch > 0 {
+            (nch as usize).min(max_channels.max(1))
+        } else {
+            default_ch
+        };
+        let p = params(pick.1);
+        let mut chunk = p.chunk_data();
+        if let Some(tuner) = &self.tuner
+            && source != Source::Fallback
+        {
+            let mut t = tuner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut c = chunk;
+            match t.get_chunk_size(func, bytes, pick.0, pick.1, channels as i32, &mut c) {
+                Ok(true) => {
+                    // NCCL clamps to the buffer, then rounds down to the protocol grain.
+                    let max = p.step_data() * (p.slots() * p.slice_steps);
+                    chunk = (c.clamp(p.grain(), max) / p.grain()) * p.grain();
+                    if chunk != p.chunk_data() {
+                        source = Source::Tuner;
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    self.fallback(format!("{e}"))?;
+                }
+            }
+        }
+        let d = Decision {
+            algo: pick.0,
+            proto: pick.1,
+            channels,
+            chunk,
+            source,
+        };
+        let key = (func.0, usize::BITS - bytes.leading_zeros());
+        let mut rec = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        rec.entry(key)
+            .and_modify(|e| *e = (d, e.1 + 1))
+            .or_insert((d, 1));
+        Ok(d)
+    }
+
+    fn fallback(&self, why: String) -> Result<Source> {
+        if self.strict {
+            return Err(Error::invalid_usage(format!("{why} (CCLKIT_STRICT=1)")));
+        }
+        *self.fallbacks.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        tracing::warn!(target: "cclkit::tune", "{why}; using the built-in choice for this call");
+        Ok(Source::Fallback)
+    }
+
+    /// Calls that fell back to the built-in choice.
+    pub fn fallbacks(&self) -> u64 {
+        *self.fallbacks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Per collective and size class (power of two): the last decision and the count.
+    pub fn report(&self) -> Vec<(Func, usize, Decision, u64)> {
+        let rec = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        rec.iter()
+            .map(|(&(f, b), &(d, n))| (Func(f), if b == 0 { 0 } else { 1usize << (b - 1) }, d, n))
+            .collect()
+    }
+
+    /// The report as text, one line per collective and size class.
+    pub fn report_text(&self) -> String {
+        let mut s = format!(
+            "# tuner report ({}; {} fallback(s))\n#  {:>13} {:>12} {:>6} {:>7} {:>4} {:>9} {:>8} {:>6}\n",
+            self.tuner_name()
+                .unwrap_or_else(|| "built-in cost model".into()),
+            self.fallbacks(),
+            "collective",
+            "size >=",
+            "algo",
+            "proto",
+            "nch",
+            "chunk",
+            "source",
+            "calls"
+        );
+        for (f, b, d, n) in self.report() {
+            s.push_str(&format!(
+                "#  {:>13} {:>12} {:>6} {:>7} {:>4} {:>9} {:>8} {:>6}\n",
+                format!("{f:?}"),
+                b,
+                d.algo.name().unwrap_or("?"),
+                d.proto.name().unwrap_or("?"),
+                d.channels,
+                d.chunk,
+                format!("{:?}", d.source),
+                n
+            ));
+        }
+        s
+    }
+}
+
+fn proto_env_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::LL => "ll",
+        Protocol::LL128 => "ll128",
+        _ => "simple",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tuning(n: usize) -> Tuning {
+        Tuning::new(
+            None,
+            default_constants(),
+            ModelInputs {
+                n_ranks: n,
+                n_nodes: n,
+                net_gbps: 1.25,
+                net_lat_us: 20.0,
+            },
+            false,
+        )
+    }
+
+    fn params(p: Protocol) -> ProtoParams {
+        ProtoParams::new(p, &|_| None).unwrap()
+    }
+
+    #[test]
+    fn model_prefers_low_latency_small_and_bandwidth_large() {
+        let t = tuning(4);
+        let small = t.decide(Func::ALL_REDUCE, 8, 2, &params).unwrap();
+        let big = t.decide(Func::ALL_REDUCE, 256 << 20, 2, &params).unwrap();
+        assert_eq!(small.proto, Protocol::LL, "{small:?}");
+        assert_eq!(
+            (big.algo, big.proto),
+            (Algorithm::RING, Protocol::SIMPLE),
+            "{big:?}"
+        );
+        assert_eq!(big.chunk, params(Protocol::SIMPLE).chunk_data());
+        // Only ring for broadcast; one rank: only ring/simple.
+        let b = t.decide(Func::BROADCAST, 1 << 20, 2, &params).unwrap();
+        assert_eq!(b.algo, Algorithm::RING);
+        let one = tuning(1)
+            .decide(Func::ALL_REDUCE, 1 << 20, 2, &params)
+            .unwrap();
+        assert_eq!((one.algo, one.proto), (Algorithm::RING, Protocol::SIMPLE));
+    }
+
+    #[test]
+    fn nccl_algo_and_proto_are_respected() {
+        let mut t = tuning(4);
+        t.force(Some("tree".into()), Some("^ll,ll128".into()));
+        let d = t.decide(Func::ALL_REDUCE, 8, 2, &params).unwrap();
+        assert_eq!((d.algo, d.proto), (Algorithm::TREE, Protocol::SIMPLE));
+        t.force(Some("tree".into()), None);
+        let e = t.decide(Func::BROADCAST, 8, 2, &params).unwrap_err();
+        assert!(
+            e.message().contains("no algorithm/protocol available"),
+            "{e}"
+        );
+        assert_eq!(allowed(Some("Ring,Tree"), "TREE"), Some(true));
+        assert_eq!(allowed(Some("^ring"), "RING"), Some(false));
+        assert_eq!(allowed(None, "RING"), None);
+        let per = Some("allreduce:tree;broadcast:^ring");
+        assert_eq!(allowed_for(per, Func::ALL_REDUCE, "TREE"), Some(true));
+        assert_eq!(allowed_for(per, Func::ALL_REDUCE, "RING"), Some(false));
+        assert_eq!(allowed_for(per, Func::BROADCAST, "RING"), Some(false));
+        assert_eq!(allowed_for(per, Func::ALL_GATHER, "RING"), None);
+    }
+
+    #[test]
+    fn decisions_are_recorded() {
+        let t = tuning(3);
+        for _ in 0..3 {
+            t.decide(Func::ALL_REDUCE, 1000, 2, &params).unwrap();
+        }
+        let r = t.report();
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].0, r[0].1, r[0].3), (Func::ALL_REDUCE, 512, 3));
+        assert!(t.report_text().contains("AllReduce"));
+    }
+}
