@@ -506,3 +506,57 @@ fn the_rust_template_plugins_work_through_their_v12_tables() {
         }
     }
 }
+
+#[test]
+fn groups_larger_than_eight_buffers_take_the_wide_path() {
+    let p = Plugins::new();
+    let mut rng = rand::rng();
+    for v in [8u32, 12] {
+        let path = p.net(&format!("wide{v}.so"), v, &[]);
+        let ctx = load(&path).init(1, CommConfig::default()).expect("init");
+        let (mut send, mut recv) = connect(&ctx);
+        let n = 12usize;
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 64]).collect();
+        let payloads: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let mut v = vec![0u8; 1 + i * 5];
+                rng.fill_bytes(&mut v);
+                v
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.reverse();
+        // SAFETY: buffers and payloads outlive the requests.
+        unsafe {
+            let rb: Vec<RecvBuffer<'_>> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| RecvBuffer {
+                    data: b.as_mut_ptr(),
+                    size: b.len(),
+                    tag: i as i32,
+                    mr: None,
+                })
+                .collect();
+            let mut rreq = recv.irecv(&rb, false).expect("irecv").expect("posted");
+            let mut sreqs: Vec<Request> = order
+                .iter()
+                .map(|&i| {
+                    let pl = &payloads[i];
+                    send.isend(pl.as_ptr(), pl.len(), i as i32, None)
+                        .expect("isend")
+                        .expect("posted")
+                })
+                .collect();
+            let sizes = wait(&mut || recv.test(&mut rreq).expect("test"));
+            let want: Vec<usize> = (0..n).map(|i| 1 + i * 5).collect();
+            assert_eq!(sizes.as_slice(), want.as_slice(), "v{v}");
+            for r in &mut sreqs {
+                wait(&mut || send.test(r).expect("test send"));
+            }
+        }
+        for (i, pl) in payloads.iter().enumerate() {
+            assert_eq!(&bufs[i][..pl.len()], &pl[..], "v{v} buffer {i}");
+        }
+    }
+}

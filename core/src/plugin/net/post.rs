@@ -6,6 +6,9 @@ use std::ffi::{c_int, c_void};
 use cclkit_abi::raw::net::{MAX_NET_SIZE, NCCL_NET_OPTIONAL_RECV_COMPLETION};
 
 use super::comm::{MAX_GROUPED, Mr, RecvBuffer, RecvComm, SendComm};
+
+/// Stack arrays for up to this many buffers avoid zeroing 64-entry arrays per call.
+const SMALL_GROUP: usize = 8;
 use super::request::{ReqKind, Request, RequestId};
 use super::table::{TableRef, common_slot};
 use super::{NetError, null};
@@ -89,14 +92,34 @@ impl RecvComm {
         bufs: &[RecvBuffer<'_>],
         optional_completion: bool,
     ) -> Result<Option<Request>, NetError> {
-        let s = self.comm.shared();
         let n = self.check_group("irecv", bufs)?;
-        let mut data = [null(); MAX_GROUPED];
-        let mut sizes = [0usize; MAX_GROUPED];
-        let mut sizes_int = [0 as c_int; MAX_GROUPED];
-        let mut tags = [0 as c_int; MAX_GROUPED];
-        let mut mhs = [null(); MAX_GROUPED];
-        let mut phs = [null(); MAX_GROUPED];
+        // Small groups (the common case, n = 1) use small stack arrays.
+        if bufs.len() <= SMALL_GROUP {
+            // SAFETY: forwarded caller contract.
+            unsafe { self.irecv_with::<SMALL_GROUP>(n, bufs, optional_completion) }
+        } else {
+            // SAFETY: forwarded caller contract.
+            unsafe { self.irecv_with::<MAX_GROUPED>(n, bufs, optional_completion) }
+        }
+    }
+
+    /// `irecv` with arrays of `N ≥ bufs.len()` entries.
+    ///
+    /// # Safety
+    /// As [`irecv`](Self::irecv).
+    unsafe fn irecv_with<const N: usize>(
+        &mut self,
+        n: c_int,
+        bufs: &[RecvBuffer<'_>],
+        optional_completion: bool,
+    ) -> Result<Option<Request>, NetError> {
+        let s = self.comm.shared();
+        let mut data = [null(); N];
+        let mut sizes = [0usize; N];
+        let mut sizes_int = [0 as c_int; N];
+        let mut tags = [0 as c_int; N];
+        let mut mhs = [null(); N];
+        let mut phs = [null(); N];
         let narrow_int = s.raw.version() <= 8;
         for (i, b) in bufs.iter().enumerate() {
             data[i] = b.data.cast();

@@ -92,11 +92,17 @@ impl Request {
             ));
         }
         let f = common_slot!(s.raw, test).ok_or_else(|| s.missing("test"))?;
-        // NCCL passes int[64] zeroed for receives, &int for sends, NULL for flushes.
-        let mut ints = [0 as c_int; MAX_GROUPED];
+        // NCCL passes int[64] zeroed for receives, &int for sends, NULL for flushes;
+        // the plugin writes one int per buffer, so small groups get a small array.
+        let mut small = [0 as c_int; 8];
+        let mut large;
         let (ptr, n) = match self.kind {
-            ReqKind::Send => (ints.as_mut_ptr(), 1),
-            ReqKind::Recv(n) => (ints.as_mut_ptr(), n),
+            ReqKind::Send => (small.as_mut_ptr(), 1),
+            ReqKind::Recv(n) if n <= small.len() => (small.as_mut_ptr(), n),
+            ReqKind::Recv(n) => {
+                large = [0 as c_int; MAX_GROUPED];
+                (large.as_mut_ptr(), n)
+            }
             ReqKind::Flush => (std::ptr::null_mut(), 0),
         };
         let mut done: c_int = 0;
@@ -116,8 +122,10 @@ impl Request {
             len: n,
             values: [0; MAX_GROUPED],
         };
-        for (i, v) in ints[..n].iter().enumerate() {
-            out.values[i] = usize::try_from(*v)
+        for i in 0..n {
+            // SAFETY: `ptr` points to an array of at least `n` ints (chosen above).
+            let v = unsafe { ptr.add(i).read() };
+            out.values[i] = usize::try_from(v)
                 .map_err(|_| s.refuse("test", format!("reported size {v} for buffer {i}")))?;
         }
         Ok(Some(out))
