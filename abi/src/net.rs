@@ -146,8 +146,12 @@ impl NetHandle {
     }
 
     /// The plugin's bytes, writable.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes[..Self::PAYLOAD]
+    pub fn payload_mut(&mut self) -> &mut [u8; Self::PAYLOAD] {
+        let (head, _) = self
+            .bytes
+            .split_first_chunk_mut::<{ Self::PAYLOAD }>()
+            .unwrap_or_else(|| unreachable!());
+        head
     }
 
     /// All 128 bytes (what travels to the peer).
@@ -295,6 +299,14 @@ pub struct RecvBuf<'a, M> {
     /// Registration returned by `reg_mr`, `None` if NCCL passed NULL.
     pub mr: Option<&'a M>,
 }
+
+// Manual impls: a `RecvBuf` holds only a reference to `M`, so it is `Copy` whatever `M` is.
+impl<M> Clone for RecvBuf<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<M> Copy for RecvBuf<'_, M> {}
 
 /// Where `test` reports completed sizes (NCCL's `int* sizes`, possibly NULL).
 pub struct Sizes<'a> {

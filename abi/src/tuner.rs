@@ -55,6 +55,7 @@ impl<'a> CostTable<'a> {
     /// Views a flat row-major table.
     ///
     /// Returns `None` unless `costs.len() == num_algo * num_proto`.
+    #[inline]
     pub fn new(costs: &'a mut [f32], num_algo: usize, num_proto: usize) -> Option<Self> {
         (costs.len() == num_algo.checked_mul(num_proto)?).then_some(Self {
             costs,
@@ -64,15 +65,18 @@ impl<'a> CostTable<'a> {
     }
 
     /// Algorithms in the table (7 today, 6 in NCCL 2.19–2.22).
+    #[inline]
     pub fn num_algo(&self) -> usize {
         self.num_algo
     }
 
     /// Protocols in the table (3).
+    #[inline]
     pub fn num_proto(&self) -> usize {
         self.num_proto
     }
 
+    #[inline]
     fn index(&self, algo: Algorithm, proto: Protocol) -> Option<usize> {
         let a = usize::try_from(algo.0)
             .ok()
@@ -84,17 +88,20 @@ impl<'a> CostTable<'a> {
     }
 
     /// The cost of `(algo, proto)`, `None` if unsupported or outside the table.
+    #[inline]
     pub fn get(&self, algo: Algorithm, proto: Protocol) -> Option<f32> {
         let c = self.costs[self.index(algo, proto)?];
         (c >= 0.0).then_some(c)
     }
 
     /// True if NCCL offers `(algo, proto)` for this call.
+    #[inline]
     pub fn is_supported(&self, algo: Algorithm, proto: Protocol) -> bool {
         self.get(algo, proto).is_some()
     }
 
     /// Sets a supported entry to `cost` if that is cheaper; returns whether it did.
+    #[inline]
     pub fn lower(&mut self, algo: Algorithm, proto: Protocol, cost: f32) -> bool {
         match self.index(algo, proto) {
             Some(i) if self.costs[i] >= 0.0 && cost >= 0.0 && cost < self.costs[i] => {
@@ -106,6 +113,7 @@ impl<'a> CostTable<'a> {
     }
 
     /// Selects `(algo, proto)` (cost 0.0, NCCL's convention) if supported.
+    #[inline]
     pub fn prefer(&mut self, algo: Algorithm, proto: Protocol) -> bool {
         self.is_supported(algo, proto) && {
             if let Some(i) = self.index(algo, proto) {
@@ -116,6 +124,7 @@ impl<'a> CostTable<'a> {
     }
 
     /// Rules `(algo, proto)` out for this call.
+    #[inline]
     pub fn ignore(&mut self, algo: Algorithm, proto: Protocol) {
         if let Some(i) = self.index(algo, proto) {
             self.costs[i] = NCCL_ALGO_PROTO_IGNORE;

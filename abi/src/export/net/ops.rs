@@ -405,6 +405,19 @@ pub(crate) unsafe fn irecv<T: NetExport, S: Copy + TryInto<usize> + std::fmt::Di
     Ok(())
 }
 
+/// The buffers of one grouped receive, on the stack (no allocation on the data path).
+pub(crate) struct Gathered<'a, M> {
+    bufs: [RecvBuf<'a, M>; MAX_GROUP],
+    n: usize,
+}
+
+impl<'a, M> std::ops::Deref for Gathered<'a, M> {
+    type Target = [RecvBuf<'a, M>];
+    fn deref(&self) -> &Self::Target {
+        &self.bufs[..self.n]
+    }
+}
+
 /// Builds the buffer list of a grouped receive or flush.
 ///
 /// # Safety
@@ -415,7 +428,7 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
     sizes: *const S,
     tags: *const c_int,
     mhandles: *mut *mut c_void,
-) -> Result<Vec<RecvBuf<'a, T::Mr>>> {
+) -> Result<Gathered<'a, T::Mr>> {
     let n = usize::try_from(n)
         .ok()
         .filter(|n| (1..=MAX_GROUP).contains(n))
@@ -425,7 +438,17 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
     if data.is_null() || sizes.is_null() {
         return Err(Error::invalid_argument("data or sizes array is NULL"));
     }
-    let mut bufs = Vec::with_capacity(n);
+    // SAFETY: an empty buffer (NULL, 0 bytes) is a valid placeholder.
+    let placeholder = unsafe { Buf::new(std::ptr::null_mut(), 0) };
+    let empty = RecvBuf {
+        buf: placeholder,
+        tag: 0,
+        mr: None,
+    };
+    let mut bufs = Gathered {
+        bufs: [empty; MAX_GROUP],
+        n,
+    };
     for i in 0..n {
         // SAFETY: the arrays hold `n` entries (contract); `tags`/`mhandles` may be NULL.
         unsafe {
@@ -440,11 +463,11 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
             } else {
                 mhandles.add(i).read()
             };
-            bufs.push(RecvBuf {
+            bufs.bufs[i] = RecvBuf {
                 buf: Buf::new(data.add(i).read().cast(), size),
                 tag,
                 mr: mr_ref::<T::Mr>(mh)?,
-            });
+            };
         }
     }
     Ok(bufs)
