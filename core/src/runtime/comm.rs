@@ -78,6 +78,18 @@ impl Comm {
         Self::init_inner(nranks, id, rank, config, None)
     }
 
+    /// As [`init_rank`](Self::init_rank), keeping `root` (the bootstrap root this
+    /// process hosts, if any) alive as long as the communicator.
+    pub fn init_with_root(
+        nranks: usize,
+        id: &UniqueId,
+        rank: usize,
+        config: &Config,
+        root: Option<BootstrapRoot>,
+    ) -> Result<Self> {
+        Self::init_inner(nranks, id, rank, config, root)
+    }
+
     fn init_inner(
         nranks: usize,
         id: &UniqueId,

@@ -16,6 +16,7 @@ pub mod proxy;
 pub mod schedule;
 pub mod topo;
 pub mod tune;
+pub mod world;
 
 pub use bootstrap::{Bootstrap, BootstrapRoot, UniqueId};
 pub use comm::Comm;
