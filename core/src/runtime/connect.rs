@@ -31,6 +31,9 @@ fn label(rank: usize, l: &Link, dir: &str) -> String {
     )
 }
 
+/// Connections made by [`connect`]: send and receive sides with their links.
+pub type Connected = (Vec<(Link, SendConn)>, Vec<(Link, RecvConn)>);
+
 /// Connects `sends` (this rank sends to `link.peer`) and `recvs` (receives from it).
 pub fn connect(
     boot: &Bootstrap,
@@ -39,7 +42,7 @@ pub fn connect(
     local_rank: usize,
     sends: &[Link],
     recvs: &[Link],
-) -> Result<(Vec<(Link, SendConn)>, Vec<(Link, RecvConn)>)> {
+) -> Result<Connected> {
     let rank = boot.rank();
     let dev = |l: &Link| select_nic(devices, None, local_rank, l.channel).unwrap_or(0);
     // 1. Listen for every receive and publish the handles.

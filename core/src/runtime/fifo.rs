@@ -333,8 +333,7 @@ impl RecvConn {
     /// Posts receives for expected slices into free slots and tests posted ones.
     pub fn progress(&mut self) -> Result<bool> {
         let mut moved = false;
-        loop {
-            let Some(&e) = self.expect.front() else { break };
+        while let Some(&e) = self.expect.front() {
             let p = e.params;
             let Self {
                 fifos,

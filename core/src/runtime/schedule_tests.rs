@@ -208,9 +208,9 @@ fn all_reduce_ring_and_tree() {
                             let send: Vec<Vec<u8>> = inputs.iter().map(|v| bytes(v)).collect();
                             let mut recv = vec![vec![0u8; count * 4]; n];
                             simulate(&plans, &red, slice, &send, &mut recv);
-                            for r in 0..n {
+                            for (r, got) in recv.iter().enumerate() {
                                 assert_eq!(
-                                    back(&recv[r]),
+                                    back(got),
                                     want,
                                     "n={n} count={count} {op:?} tree={tree} rank {r}"
                                 );
