@@ -372,10 +372,32 @@ impl Comm {
         let mut channels: Vec<Vec<Step>> = vec![Vec::new(); nch];
         let mut ops = Vec::with_capacity(plans.len());
         let mut elem = 1;
+        // Point-to-point: one lane per link (and one for local copies), so a group's
+        // sends and receives progress side by side as NCCL's send/recv warps do. On one
+        // lane, a send bigger than the FIFO would wait for a peer that is itself
+        // blocked in its own send. Each link keeps its operations in order.
+        let mut lanes: Vec<(Option<Link>, bool)> = Vec::new();
         for (i, (plan, op)) in plans.into_iter().enumerate() {
             elem = lcm(elem, op.red.elem_size());
             for (ch, prims) in plan.into_iter().enumerate() {
-                channels[ch].extend(prims.into_iter().map(|prim| Step { prim, op: i }));
+                for prim in prims {
+                    let lane = if p2p {
+                        let key = match (prim.send.first(), prim.recv.first()) {
+                            (Some(l), _) => (Some(*l), true),
+                            (None, l) => (l.copied(), false),
+                        };
+                        lanes.iter().position(|l| *l == key).unwrap_or_else(|| {
+                            lanes.push(key);
+                            lanes.len() - 1
+                        })
+                    } else {
+                        ch
+                    };
+                    if channels.len() <= lane {
+                        channels.resize_with(lane + 1, Vec::new);
+                    }
+                    channels[lane].push(Step { prim, op: i });
+                }
             }
             ops.push(op);
         }
