@@ -66,7 +66,8 @@
 //!   instructions. `CCLKIT_KERNELS_SIMD=baseline` forces the portable
 //!   baseline loops. Results are identical on every path (NaN payloads
 //!   aside).
-//! * `cuda` (reserved, not yet present): CUDA device kernels.
+//! * `cuda`: the same kernels on CUDA device memory ([`cuda`]), launched
+//!   through the CUDA driver loaded at run time (builds without CUDA).
 //!
 //! # Threads
 //! Every function is a pure function of its arguments; call them from any
@@ -76,6 +77,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod element;
 mod error;
 mod exec;
