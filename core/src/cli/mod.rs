@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 pub mod doctor;
 pub mod info;
 pub mod report;
+pub mod tune;
 
 /// cclkit: NCCL/RCCL plugin toolkit.
 #[derive(Debug, Parser)]
@@ -28,6 +29,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Show symbols, versions, names and device properties of one plugin library.
     Info(info::InfoArgs),
+    /// See, measure and compare tuner decisions: `tune show|auto|diff`.
+    Tune(tune::TuneArgs),
 }
 
 /// Runs a parsed command line.
@@ -35,5 +38,6 @@ pub fn run(cli: &Cli) -> ExitCode {
     match &cli.command {
         Command::Doctor(a) => doctor::run(a),
         Command::Info(a) => info::run(a),
+        Command::Tune(a) => tune::run(a),
     }
 }
