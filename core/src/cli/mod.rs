@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod check;
 pub mod doctor;
 pub mod info;
 pub mod report;
@@ -25,6 +26,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the conformance suite on a net or tuner plugin, each check in a child process.
+    Check(check::CheckArgs),
     /// Walk the plugin resolution NCCL/RCCL would do here and explain every step.
     Doctor(doctor::DoctorArgs),
     /// Show symbols, versions, names and device properties of one plugin library.
@@ -36,6 +39,7 @@ pub enum Command {
 /// Runs a parsed command line.
 pub fn run(cli: &Cli) -> ExitCode {
     match &cli.command {
+        Command::Check(a) => check::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Info(a) => info::run(a),
         Command::Tune(a) => tune::run(a),
