@@ -54,14 +54,20 @@ impl Drop for Request {
 
 impl Request {
     fn release(&mut self, e: &mut Engine) {
-        for i in 0..self.n {
-            e.finish(self.ops[i]);
-            e.mrs.release(self.temp_mrs[i]);
-        }
-        if let Some(c) = e.conn_any(self.conn) {
-            c.requests = c.requests.saturating_sub(1);
-        }
+        release(e, self.conn, &self.ops[..self.n], &self.temp_mrs[..self.n]);
         self.done = true;
+    }
+}
+
+/// Frees a request's operations and temporary registrations and its slot in the
+/// comm's request count.
+fn release(e: &mut Engine, conn: u64, ops: &[OpId], temp_mrs: &[u64]) {
+    for (op, mr) in ops.iter().zip(temp_mrs) {
+        e.finish(*op);
+        e.mrs.release(*mr);
+    }
+    if let Some(c) = e.conn_any(conn) {
+        c.requests = c.requests.saturating_sub(1);
     }
 }
 
@@ -194,7 +200,9 @@ pub fn irecv(comm: &mut RecvComm, bufs: &[RecvBuf<'_, OfiMr>]) -> Result<Option<
 
 /// `test`: drives progress; reports sizes once every operation is complete.
 pub fn test(r: &mut Request, sizes: &mut Sizes<'_>) -> Result<bool> {
-    let dev = Arc::clone(&r.dev);
+    // Hot path (NCCL polls it in a loop): no allocation, no refcount traffic;
+    // the guard borrows `r.dev` while other fields of `r` are updated.
+    let dev = &r.dev;
     let mut e = dev.lock();
     e.progress();
     let mut got = [0usize; MAX_RECVS_LIMIT];
@@ -220,7 +228,8 @@ pub fn test(r: &mut Request, sizes: &mut Sizes<'_>) -> Result<bool> {
         e.check_peer(r.conn)?;
         return Ok(false);
     }
-    r.release(&mut e);
+    release(&mut e, r.conn, &r.ops[..r.n], &r.temp_mrs[..r.n]);
+    r.done = true;
     drop(e);
     for (i, len) in got.iter().enumerate().take(r.n) {
         sizes.set(i, *len)?;

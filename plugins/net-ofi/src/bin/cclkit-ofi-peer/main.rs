@@ -18,6 +18,7 @@
 mod flows;
 mod pattern;
 mod scenarios;
+mod stream;
 mod table;
 
 use table::{Abi, R};

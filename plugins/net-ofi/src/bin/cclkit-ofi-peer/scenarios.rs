@@ -9,6 +9,7 @@ use crate::flows::{
     self, Link, Msg, check_deadline, fin, join, link, recv_all, say, send_all, wait,
 };
 use crate::pattern::{Rng, shuffle};
+use crate::stream::PluginStream;
 use crate::table::{Abi, Net, R};
 
 /// Sizes every transfer covers: empty, tiny, odd, page-1, 64 KiB + 3, 4 MiB + 5.
@@ -330,60 +331,15 @@ pub fn nodev() -> R<()> {
 /// registered once; the sender prints the timed rate after a warm-up round.
 pub fn stream(abi: Abi, sender: bool, size: usize, iters: usize, window: usize) -> R<()> {
     let link = link(Net::init(abi)?)?;
-    let comm = if sender { link.send } else { link.recv };
-    let mut bufs: Vec<Vec<u8>> = (0..window).map(|_| vec![3u8; size]).collect();
-    let mhs = bufs
-        .iter_mut()
-        .map(|b| link.net.reg_mr(comm, b.as_mut_ptr(), b.len()))
-        .collect::<R<Vec<_>>>()?;
-    for (phase, count) in [("warmup", window * 2), ("timed", iters)] {
-        let start = Instant::now();
-        let mut inflight: std::collections::VecDeque<(usize, *mut std::ffi::c_void)> =
-            Default::default();
-        let (mut posted, mut done) = (0, 0);
-        let deadline = start + flows::WAIT;
-        while done < count {
-            while inflight.len() < window && posted < count {
-                let k = posted % window;
-                let b = bufs[k].as_mut_ptr();
-                let req = if sender {
-                    link.net.isend(comm, b, size, 0, mhs[k])?
-                } else {
-                    link.net.irecv(comm, &[(b, size, 0, mhs[k])])?
-                };
-                if req.is_null() {
-                    break;
-                }
-                inflight.push_back((k, req));
-                posted += 1;
-            }
-            // Completion is in order per comm; test the oldest first. Like NCCL's
-            // proxy thread, yield the CPU when a pass made no progress.
-            let mut progressed = false;
-            if let Some(&(_, req)) = inflight.front() {
-                if link.net.test(req, 1)?.is_some() {
-                    inflight.pop_front();
-                    done += 1;
-                    progressed = true;
-                }
-            }
-            if !progressed {
-                std::thread::yield_now();
-            }
-            check_deadline(deadline, phase)?;
-        }
-        fin(&link, !sender)?;
-        if sender && phase == "timed" {
-            let secs = start.elapsed().as_secs_f64();
-            say(&format!(
-                "RESULT size={size} iters={iters} secs={secs:.6} MBps={:.1}",
-                (size * iters) as f64 / secs / 1e6
-            ));
-        }
+    let mut s = PluginStream::new(&link, sender, size, window)?;
+    s.phase(&link, window * 2)?;
+    let secs = s.phase(&link, iters)?.as_secs_f64();
+    if sender {
+        say(&format!(
+            "RESULT size={size} iters={iters} secs={secs:.6} MBps={:.1}",
+            (size * iters) as f64 / secs / 1e6
+        ));
     }
-    for mh in mhs {
-        link.net.dereg_mr(comm, mh)?;
-    }
-    let _ = wait;
+    s.close(&link)?;
     flows::close(link)
 }

@@ -363,7 +363,12 @@ impl Net {
     /// `test`: `Some(sizes)` when done.
     pub fn test(&self, req: *mut c_void, n: usize) -> R<Option<Vec<i32>>> {
         let mut done = 0;
-        let mut sizes = vec![-1; n.max(1)];
+        // NCCL's own `int sizes[NCCL_NET_MAX_RECVS]`-style stack array: no
+        // allocation while polling.
+        let mut sizes = [-1i32; 64];
+        if n > sizes.len() {
+            return Err(format!("test of {n} buffers"));
+        }
         // SAFETY: a live request; `sizes` has room for its buffers.
         unsafe {
             match self.abi {
@@ -377,7 +382,7 @@ impl Net {
                 )?,
             }
         }
-        Ok((done != 0).then_some(sizes))
+        Ok((done != 0).then(|| sizes[..n.max(1)].to_vec()))
     }
 
     /// `closeSend` / `closeRecv` / `closeListen`.
