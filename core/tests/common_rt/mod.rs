@@ -135,7 +135,7 @@ pub struct Job {
     wrap: Vec<Vec<String>>,
     timeout: Duration,
     host_root: bool,
-    kill_on: Option<(usize, String)>,
+    kill_on: Option<(usize, String, i32)>,
     grace: Duration,
     root_timeout: Option<Duration>,
 }
@@ -241,8 +241,14 @@ impl Job {
     }
 
     /// SIGKILLs `rank` as soon as it prints the line `marker`.
-    pub fn kill_on(mut self, rank: usize, marker: &str) -> Self {
-        self.kill_on = Some((rank, marker.to_owned()));
+    pub fn kill_on(self, rank: usize, marker: &str) -> Self {
+        self.signal_on(rank, marker, libc::SIGKILL)
+    }
+
+    /// Sends `signal` to `rank` as soon as it prints the line `marker` (SIGSTOP: a
+    /// hung rank; it is killed once every other rank has ended).
+    pub fn signal_on(mut self, rank: usize, marker: &str, signal: i32) -> Self {
+        self.kill_on = Some((rank, marker.to_owned(), signal));
         self
     }
 
@@ -313,8 +319,8 @@ impl Job {
             let marker = self
                 .kill_on
                 .as_ref()
-                .filter(|(r, _)| *r == rank)
-                .map(|(_, m)| m.clone());
+                .filter(|(r, _, _)| *r == rank)
+                .map(|(_, m, sig)| (m.clone(), *sig));
             let pid = child.id() as i32;
             let out = child.stdout.take().expect("piped stdout");
             let err = child.stderr.take().expect("piped stderr");
@@ -329,7 +335,8 @@ impl Job {
             ));
             children.push(child);
         }
-        let (exits, timed_out) = supervise(&mut children, start, self.timeout, self.grace);
+        let victim = self.kill_on.as_ref().map(|(r, _, _)| *r);
+        let (exits, timed_out) = supervise(&mut children, start, self.timeout, self.grace, victim);
         drop(root);
         let ranks = exits
             .into_iter()
@@ -370,10 +377,10 @@ impl Job {
     }
 }
 
-/// Collects a rank's stdout; kills it (`pid`) when it prints `marker`.
+/// Collects a rank's stdout; signals it (`pid`) when it prints `marker`.
 fn read_lines(
     out: std::process::ChildStdout,
-    marker: Option<String>,
+    marker: Option<(String, i32)>,
     pid: i32,
     start: Instant,
     killed: &Mutex<Option<Duration>>,
@@ -381,9 +388,11 @@ fn read_lines(
     let mut all = String::new();
     for line in BufReader::new(out).lines() {
         let Ok(line) = line else { break };
-        if marker.as_deref() == Some(line.trim()) {
+        if let Some((m, sig)) = &marker
+            && m == line.trim()
+        {
             // SAFETY: plain kill(2) of our own child, not yet reaped (its pid is ours).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::kill(pid, *sig) };
             killed
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -397,12 +406,14 @@ fn read_lines(
 
 type Exit = (Option<std::process::ExitStatus>, Duration);
 
-/// Waits for every child until `timeout`; after a failure the rest get `grace`.
+/// Waits for every child until `timeout`; after a failure the rest get `grace`. The
+/// signalled `victim` (maybe only stopped) is killed once all the others ended.
 fn supervise(
     children: &mut [Child],
     start: Instant,
     timeout: Duration,
     grace: Duration,
+    victim: Option<usize>,
 ) -> (Vec<Exit>, bool) {
     let mut exits: Vec<Option<Exit>> = children.iter().map(|_| None).collect();
     let mut kill_at = start + timeout;
@@ -417,6 +428,13 @@ fn supervise(
                 }
                 exits[i] = Some((Some(st), start.elapsed()));
             }
+        }
+        if let Some(v) = victim
+            && exits[v].is_none()
+            && exits.iter().enumerate().all(|(i, e)| i == v || e.is_some())
+        {
+            let _ = children[v].kill();
+            exits[v] = Some((children[v].wait().ok(), start.elapsed()));
         }
         if Instant::now() >= kill_at && exits.iter().any(Option::is_none) {
             timed_out |= kill_at == start + timeout;

@@ -1,0 +1,277 @@
+//! Faults across processes (issue 5): a rank killed mid-exchange makes the others
+//! return an error within the configured operation timeout; a wrong unique id is a
+//! clear error for every rank; a plugin whose `isend` fails has its own WARN text in
+//! the runtime's error.
+
+#[macro_use]
+mod common_rt;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cclkit::runtime::launch::{self, IdSource};
+use cclkit::runtime::{Comm, Config, world};
+use common_rt::data::{Rng, assert_bytes};
+use common_rt::{Job, Run, builtin_net, emit, join, packaged, param, param_u64, plugin_net};
+
+/// Operation timeout the fault launches run with (seconds).
+const OP_TIMEOUT: u64 = 5;
+
+/// The rank program: ring exchanges until one fails; reports the error and aborts.
+/// Rank `CKT_VICTIM` prints `KILL-ME` after a few good rounds (the parent kills it).
+fn until_error() {
+    let comm = join();
+    let (me, n) = (comm.rank(), comm.nranks());
+    emit("net", comm.net().name);
+    let victim = param_u64("VICTIM", u64::MAX);
+    let size = param_u64("SIZE", (1 << 20) + 5) as usize;
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let mut last_ok = Instant::now();
+    for round in 0..1_000_000u64 {
+        if me as u64 == victim && round == 3 {
+            println!("KILL-ME");
+            let _ = std::io::stdout().flush();
+        }
+        let out = Rng::new(&[round, me as u64]).bytes(size);
+        let mut got = vec![0u8; size];
+        let mut g = comm.group();
+        g.send(&out, next).recv(&mut got, prev);
+        match g.run() {
+            Ok(()) => {
+                assert_bytes(&got, &Rng::new(&[round, prev as u64]).bytes(size), "ring");
+                last_ok = Instant::now();
+            }
+            Err(e) => {
+                emit(
+                    "error",
+                    serde_json::json!({
+                        "message": e.message(),
+                        "code": e.code().0,
+                        "round": round,
+                        "seconds": last_ok.elapsed().as_secs_f64(),
+                    }),
+                );
+                comm.abort();
+                return;
+            }
+        }
+    }
+    panic!("rank {me}: a million rounds and no error");
+}
+
+/// The error record of `rank`: (message, code).
+fn error_of(run: &Run, rank: usize) -> (String, i64) {
+    let e = run.value(rank, "error");
+    (
+        e["message"].as_str().unwrap_or_default().to_owned(),
+        e["code"].as_i64().unwrap_or(0),
+    )
+}
+
+#[test]
+fn killed_rank_mid_exchange_others_fail_within_timeout() {
+    rank!(until_error);
+    for (label, net) in [("built-in", builtin_net()), ("plugin", plugin_net())] {
+        let run = Job::new(test_name!(), 3)
+            .envs(net)
+            .env("CCLKIT_OP_TIMEOUT", OP_TIMEOUT)
+            .env("CKT_VICTIM", 1)
+            .kill_on(1, "KILL-ME")
+            .timeout(Duration::from_secs(60))
+            .run();
+        let killed = run
+            .killed_at
+            .unwrap_or_else(|| panic!("{label}: rank 1 was never killed\n{}", run.describe()));
+        assert_eq!(
+            run.ranks[1].signal,
+            Some(libc::SIGKILL),
+            "{}",
+            run.describe()
+        );
+        assert!(
+            !run.timed_out,
+            "{label}: survivors hung\n{}",
+            run.describe()
+        );
+        for r in [0, 2] {
+            assert_eq!(run.ranks[r].code, Some(0), "{label}\n{}", run.describe());
+            let (msg, code) = error_of(&run, r);
+            assert!(
+                code != 0 && !msg.is_empty(),
+                "{label} rank {r}: {code} {msg}"
+            );
+            // The configured timeout plus process exit and scheduling slack.
+            let took = run.ranks[r].ended.saturating_sub(killed);
+            assert!(
+                took <= Duration::from_secs(OP_TIMEOUT + 5),
+                "{label} rank {r} needed {took:?} to fail after the kill: {msg}"
+            );
+            eprintln!("{label}: rank {r} failed {took:.2?} after the kill: {msg} ({code})");
+        }
+    }
+}
+
+#[test]
+fn hung_rank_mid_exchange_others_time_out() {
+    rank!(until_error);
+    // SIGSTOP: the peer's sockets stay open, so only the operation timeout can tell.
+    let run = Job::new(test_name!(), 3)
+        .envs(builtin_net())
+        .env("CCLKIT_OP_TIMEOUT", OP_TIMEOUT)
+        .env("CKT_VICTIM", 2)
+        .signal_on(2, "KILL-ME", libc::SIGSTOP)
+        .grace(Duration::from_secs(OP_TIMEOUT + 15))
+        .timeout(Duration::from_secs(60))
+        .run();
+    let stopped = run
+        .killed_at
+        .unwrap_or_else(|| panic!("rank 2 was never stopped\n{}", run.describe()));
+    assert!(!run.timed_out, "survivors hung\n{}", run.describe());
+    // Nobody can know before the timeout; the first to time out aborts, and its
+    // neighbour may then see that connection close instead.
+    let mut timeouts = 0;
+    for r in [0, 1] {
+        assert_eq!(run.ranks[r].code, Some(0), "{}", run.describe());
+        let (msg, code) = error_of(&run, r);
+        if code == 8 {
+            assert!(msg.contains("CCLKIT_OP_TIMEOUT"), "rank {r}: {msg}");
+            timeouts += 1;
+        }
+        let took = run.ranks[r].ended.saturating_sub(stopped);
+        assert!(
+            took >= Duration::from_secs(OP_TIMEOUT) - Duration::from_millis(500)
+                && took <= Duration::from_secs(OP_TIMEOUT + 5),
+            "rank {r} ended {took:?} after the stop: {msg}"
+        );
+        eprintln!("rank {r} ended {took:.2?} after the stop: {msg}");
+    }
+    assert!(
+        timeouts >= 1,
+        "no rank reported ncclTimeout\n{}",
+        run.describe()
+    );
+}
+
+/// The rank program for a corrupted id: joins with it and reports the error.
+fn join_with_corrupt_id() {
+    let config = Config::from_env().expect("config");
+    let l = world::detect().expect("detect").expect("a launch");
+    let IdSource::Given(mut id) = l.id else {
+        panic!("the launcher hands out a complete id")
+    };
+    if param("CORRUPT").as_deref() == Some("magic") {
+        id.magic ^= 0x5a5a_5a5a;
+    }
+    let t = Instant::now();
+    match Comm::init_rank(l.nranks, &id, l.rank, &config) {
+        Ok(_) => panic!("rank {} joined a communicator with a wrong id", l.rank),
+        Err(e) => emit(
+            "error",
+            serde_json::json!({
+                "message": e.message(),
+                "code": e.code().0,
+                "seconds": t.elapsed().as_secs_f64(),
+            }),
+        ),
+    }
+}
+
+#[test]
+fn wrong_unique_id_is_a_clear_error() {
+    rank!(join_with_corrupt_id);
+    // A garbled id is refused before anything connects.
+    let garbled = launch::detect(&|k: &str| match k {
+        "CCLKIT_UNIQUE_ID" => Some("cclkit1:10.0.0.1:no-port:zz".to_owned()),
+        "CCLKIT_RANK" => Some("0".to_owned()),
+        "CCLKIT_NRANKS" => Some("2".to_owned()),
+        _ => None,
+    })
+    .expect_err("a garbled id is an error");
+    assert!(
+        garbled.message().contains("is not a cclkit unique id"),
+        "{garbled}"
+    );
+    // Rank 2 holds the right address with another magic (a stale or foreign id).
+    let run = Job::new(test_name!(), 3)
+        .envs(builtin_net())
+        .env("CCLKIT_BOOTSTRAP_TIMEOUT", 8)
+        .root_timeout(Duration::from_secs(2))
+        .rank_env(2, "CKT_CORRUPT", "magic")
+        .timeout(Duration::from_secs(40))
+        .run();
+    run.assert_ok();
+    let (msg, _) = error_of(&run, 2);
+    assert!(
+        msg.contains("wrong magic") && msg.contains("unique id"),
+        "rank 2: {msg}"
+    );
+    for r in [0, 1] {
+        let (msg, _) = error_of(&run, r);
+        assert!(
+            msg.contains("ranks [2] of 3 never joined"),
+            "rank {r}: {msg}"
+        );
+    }
+}
+
+/// The failing plugin, compiled for this test.
+fn failing_plugin(dir: &tempfile::TempDir) -> PathBuf {
+    let out = dir.path().join("libnccl-net-failing.so");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = std::process::Command::new(&cc)
+        .args([
+            "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-I",
+        ])
+        .arg(root.join("../abi/include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("tests/common_rt/net_fail.c"))
+        .arg("-ldl")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e}"));
+    assert!(status.success(), "compiling net_fail.c failed: {status}");
+    out
+}
+
+#[test]
+fn plugin_isend_error_surfaces_with_its_text() {
+    rank!(until_error);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lib = failing_plugin(&dir);
+    let run = Job::new(test_name!(), 2)
+        .env("NCCL_NET_PLUGIN", lib.display())
+        .env("CCLKIT_STRICT", 1)
+        .env(
+            "NET_FAIL_INNER",
+            packaged("libnccl-net-cclkit-socket.so").display(),
+        )
+        .env("CCLKIT_OP_TIMEOUT", OP_TIMEOUT)
+        .env("CKT_SIZE", (256 << 10) + 3)
+        .rank_env(1, "NET_FAIL_AFTER", 6)
+        .timeout(Duration::from_secs(60))
+        .run();
+    run.assert_ok();
+    for r in 0..2 {
+        assert_eq!(run.value(r, "net"), "FailingSocket", "{}", run.describe());
+    }
+    let (msg, code) = error_of(&run, 1);
+    assert!(
+        msg.contains("isend")
+            && msg.contains("net_fail: isend of 262147 bytes refused on purpose after 6 sends"),
+        "the plugin's WARN is missing from rank 1's error: {msg}"
+    );
+    assert_eq!(code, 2, "ncclSystemError as the plugin returned: {msg}");
+    assert_eq!(run.value(1, "error")["round"], 6, "{msg}");
+    // The peer learns of it too, within the operation timeout.
+    let (peer, _) = error_of(&run, 0);
+    let took = run.value(0, "error")["seconds"]
+        .as_f64()
+        .unwrap_or(f64::MAX);
+    assert!(
+        took <= (OP_TIMEOUT + 5) as f64,
+        "rank 0 took {took} s: {peer}"
+    );
+    eprintln!("rank 1: {msg}\nrank 0 ({took:.2} s): {peer}");
+}
