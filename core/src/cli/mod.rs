@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 pub mod check;
 pub mod doctor;
 pub mod info;
+pub mod perf;
 pub mod report;
 pub mod tune;
 
@@ -32,6 +33,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Show symbols, versions, names and device properties of one plugin library.
     Info(info::InfoArgs),
+    /// Measure collectives like nccl-tests (`--np N` local ranks, or under a launcher).
+    Perf(perf::PerfArgs),
     /// See, measure and compare tuner decisions: `tune show|auto|diff`.
     Tune(tune::TuneArgs),
 }
@@ -42,6 +45,7 @@ pub fn run(cli: &Cli) -> ExitCode {
         Command::Check(a) => check::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Info(a) => info::run(a),
+        Command::Perf(a) => perf::run(a),
         Command::Tune(a) => tune::run(a),
     }
 }

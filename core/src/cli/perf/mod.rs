@@ -1,0 +1,459 @@
+//! `cclkit perf`: nccl-tests on host memory. Measures collectives through the
+//! reference runtime and whatever net plugin and tuner it loads, with nccl-tests'
+//! flags, output, bandwidth maths and data check, so numbers compare directly.
+//!
+//! `--np N` runs N local ranks; under `mpirun`, `srun`, `torchrun` (or cclkit's own
+//! launcher) each process joins the launch instead. Rank 0 prints; stdout stays
+//! nccl-tests compatible, progress goes to stderr.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use cclkit_abi::raw::common::{DataType, RedOp};
+
+use crate::runtime::{Comm, Config, Error, Result, world};
+
+pub mod check;
+pub mod colls;
+pub mod options;
+pub mod output;
+
+use colls::{Case, Coll, Slot};
+use output::{Measure, Progress, Report, Row, Test};
+
+/// Arguments of `cclkit perf` (nccl-tests' flags; `-t`/`-g` do not apply).
+#[derive(Debug, Clone, clap::Args)]
+pub struct PerfArgs {
+    /// Collective(s) as a positional alternative to --coll (`all_reduce_perf` works).
+    #[arg(value_name = "COLL")]
+    pub coll_positional: Option<String>,
+    /// Collective(s): all_reduce, all_gather, broadcast, reduce, reduce_scatter,
+    /// alltoall, gather, scatter, sendrecv (also `all_reduce_perf`, `allreduce`), a
+    /// comma list, or `all`.
+    #[arg(long = "coll", value_name = "COLL")]
+    pub coll: Option<String>,
+    /// Minimum size (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = size_arg)]
+    pub minbytes: usize,
+    /// Maximum size (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = size_arg)]
+    pub maxbytes: usize,
+    /// Additive step between sizes (used when the factor is 1).
+    #[arg(short = 'i', long = "stepbytes", default_value = "1M", value_parser = size_arg)]
+    pub stepbytes: usize,
+    /// Multiplicative step between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 1)]
+    pub stepfactor: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Warmup iterations per size (and placement).
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        alias = "warmup-iters",
+        default_value_t = 1
+    )]
+    pub warmup_iters: usize,
+    /// Operations aggregated into one group per iteration.
+    #[arg(
+        short = 'm',
+        long = "agg_iters",
+        alias = "agg-iters",
+        default_value_t = 1
+    )]
+    pub agg_iters: usize,
+    /// Checked runs per size and placement (0 = no check: #wrong shows N/A).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: usize,
+    /// Data type: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16
+    /// f8e4m3 f8e5m2, a comma list, or all.
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub datatype: String,
+    /// Reduction op: sum prod max min avg, a comma list, or all.
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    pub op: String,
+    /// Root rank for rooted collectives, or all.
+    #[arg(short = 'r', long = "root", default_value = "0")]
+    pub root: String,
+    /// Time reported: 0 rank 0's, 1 mean over ranks, 2 min, 3 max.
+    #[arg(short = 'a', long = "average", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub average: u8,
+    /// Seconds one operation may take before the communicator is aborted.
+    #[arg(short = 'T', long = "timeout")]
+    pub timeout: Option<f64>,
+    /// Run this many local ranks (ignored under a launcher such as mpirun or srun).
+    #[arg(long = "np", default_value_t = 1)]
+    pub np: usize,
+    /// Write a JSON report to PATH (`-` or no value: JSON on stdout instead of the table).
+    #[arg(short = 'J', long = "json", value_name = "PATH", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
+    /// Progress lines on stderr even when it is not a terminal.
+    #[arg(long, conflicts_with = "no_progress")]
+    pub progress: bool,
+    /// No progress on stderr.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+fn size_arg(s: &str) -> std::result::Result<usize, String> {
+    options::parse_size(s)
+}
+
+/// Everything resolved from the arguments, before any rank starts.
+struct Plan {
+    colls: Vec<Coll>,
+    sizes: Vec<usize>,
+    types: Vec<DataType>,
+    ops: Vec<RedOp>,
+}
+
+fn plan(a: &PerfArgs) -> std::result::Result<Plan, String> {
+    let spec = match (&a.coll_positional, &a.coll) {
+        (Some(p), Some(c)) if Coll::parse(p) != Coll::parse(c) => {
+            return Err(format!("collective given twice: '{p}' and --coll '{c}'"));
+        }
+        (Some(p), _) => p.clone(),
+        (None, Some(c)) => c.clone(),
+        (None, None) => "all_reduce".into(),
+    };
+    let colls = if spec.trim().eq_ignore_ascii_case("all") {
+        colls::ALL.to_vec()
+    } else {
+        spec.split(',')
+            .map(|c| {
+                Coll::parse(c).ok_or_else(|| {
+                    format!(
+                        "unknown collective '{}' (one of {}, or all)",
+                        c.trim(),
+                        colls::ALL.map(Coll::name).join(", ")
+                    )
+                })
+            })
+            .collect::<std::result::Result<_, _>>()?
+    };
+    if a.iters == 0 {
+        return Err("-n/--iters must be at least 1".into());
+    }
+    if a.agg_iters == 0 {
+        return Err("-m/--agg_iters must be at least 1".into());
+    }
+    Ok(Plan {
+        colls,
+        sizes: options::sweep(a.minbytes, a.maxbytes, a.stepbytes, a.stepfactor)?,
+        types: options::parse_types(&a.datatype)?,
+        ops: options::parse_ops(&a.op)?,
+    })
+}
+
+/// Runs `cclkit perf`.
+pub fn run(a: &PerfArgs) -> ExitCode {
+    let plan = match plan(a) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cclkit perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let launched = match world::detect() {
+        Ok(l) => l.is_some(),
+        Err(e) => {
+            eprintln!("cclkit perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !launched && a.np > 1 {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        // The ranks enforce the operation timeout; this only bounds a wedged launch.
+        let limit = Duration::from_secs(7 * 24 * 3600);
+        return match world::spawn_self(a.np, &args, limit, Duration::from_secs(5)) {
+            Ok(exits) => match world::failures(&exits) {
+                None => ExitCode::SUCCESS,
+                Some(why) => {
+                    eprintln!("cclkit perf: {why}");
+                    // A rank that found wrong data exits 1; keep that meaning.
+                    let code = exits.iter().filter_map(|e| e.code).find(|&c| c != 0);
+                    ExitCode::from(code.unwrap_or(1).clamp(1, 255) as u8)
+                }
+            },
+            Err(e) => {
+                eprintln!("cclkit perf: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let comm = match join(a) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cclkit perf: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rank = comm.rank();
+    match bench(&comm, a, &plan) {
+        Ok(wrong) => {
+            if let Err(e) = comm.destroy() {
+                eprintln!("cclkit perf: rank {rank}: {e}");
+                return ExitCode::FAILURE;
+            }
+            if wrong == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("cclkit perf: rank {rank}: {e}");
+            comm.abort();
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn join(a: &PerfArgs) -> Result<Comm> {
+    let mut config = Config::from_env()?;
+    if let Some(t) = a.timeout.filter(|t| *t > 0.0 && t.is_finite()) {
+        config.op_timeout = Duration::from_secs_f64(t);
+    }
+    match world::init_from_env(&config)? {
+        Some(c) => Ok(c),
+        None => world::single(&config),
+    }
+}
+
+/// This rank's device line, nccl-tests style, with the net plugin and tuner in use.
+fn device_line(comm: &Comm) -> String {
+    let me = &comm.peers()[comm.rank()];
+    let devs: Vec<crate::runtime::topo::NetDevice> = me.devices.clone();
+    let dev = crate::runtime::topo::select_nic(&devs, None, comm.local_rank(), 0).unwrap_or(0);
+    let dev_name = devs.get(dev).map_or("-", |d| d.name.as_str());
+    let net = comm.net();
+    format!(
+        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}] net '{}' v{}, tuner '{}'",
+        comm.rank(),
+        0,
+        me.pid,
+        me.hostname,
+        dev,
+        net.name,
+        net.version,
+        tuner_name(comm)
+    )
+}
+
+fn tuner_name(comm: &Comm) -> String {
+    comm.tuning()
+        .tuner_name()
+        .unwrap_or_else(|| crate::plugin::select::BUILTIN_MODEL.to_string())
+}
+
+/// Runs every measurement; returns the wrong elements found (rank 0's total).
+fn bench(comm: &Comm, a: &PerfArgs, plan: &Plan) -> Result<u64> {
+    let (me, n) = (comm.rank(), comm.nranks());
+    let roots = options::parse_roots(&a.root, n).map_err(Error::invalid_argument)?;
+    let cfg = output::Config {
+        nranks: n,
+        minimum_bytes: a.minbytes,
+        maximum_bytes: a.maxbytes,
+        step_factor: (a.stepfactor > 1).then_some(a.stepfactor),
+        step_bytes: (a.stepfactor <= 1).then_some(a.stepbytes),
+        warmup_iters: a.warmup_iters,
+        iterations: a.iters,
+        aggregated_iterations: a.agg_iters,
+        validation: a.check,
+        average: a.average,
+    };
+    let devices: Vec<String> = comm
+        .bootstrap()
+        .allgather(device_line(comm).as_bytes())?
+        .into_iter()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .collect();
+    let json_only = a.json.as_deref() == Some("-");
+    let mut out = Out {
+        print: me == 0 && !json_only,
+    };
+    out.put(&output::header(&cfg, &devices));
+    // Buffers for the largest layout of the sweep, one pair per aggregated op.
+    let max_bytes = plan
+        .colls
+        .iter()
+        .flat_map(|c| {
+            plan.types.iter().flat_map(move |t| {
+                plan.sizes.iter().map(move |&s| {
+                    let l = c.layout(s, t.size().unwrap_or(1), n);
+                    l.send.max(l.recv)
+                })
+            })
+        })
+        .max()
+        .unwrap_or(0);
+    let mut slots: Vec<Slot> = (0..a.agg_iters)
+        .map(|_| Slot {
+            send: vec![0u8; max_bytes],
+            recv: vec![0u8; max_bytes],
+        })
+        .collect();
+    let force = if a.progress {
+        Some(true)
+    } else if a.no_progress {
+        Some(false)
+    } else {
+        None
+    };
+    let mut progress = Progress::new(force, me);
+    let mut tests = Vec::new();
+    let mut wrong_total = 0;
+    for &coll in &plan.colls {
+        let mut test = Test::new(coll.name(), coll.perf_name());
+        out.put(&output::table_header(coll.perf_name()));
+        let ops: Vec<Option<RedOp>> = if coll.reduces() {
+            plan.ops.iter().copied().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let roots: Vec<Option<usize>> = if coll.rooted() {
+            roots.iter().copied().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for &dtype in &plan.types {
+            for &op in &ops {
+                for &root in &roots {
+                    for (k, &size) in plan.sizes.iter().enumerate() {
+                        progress.step(&format!(
+                            "cclkit perf: {} {} {} {size} B [{}/{}]",
+                            coll.name(),
+                            options::type_name(dtype),
+                            op.map_or("", options::op_name),
+                            k + 1,
+                            plan.sizes.len()
+                        ));
+                        let l = coll.layout(size, dtype.size().unwrap_or(1), n);
+                        let mut case = Case {
+                            coll,
+                            layout: l,
+                            dtype,
+                            op: op.unwrap_or(RedOp::SUM),
+                            root: root.unwrap_or(0),
+                            in_place: false,
+                        };
+                        let oop = measure(comm, a, &case, &mut slots)?;
+                        case.in_place = true;
+                        let ip = measure(comm, a, &case, &mut slots)?;
+                        let r = Row {
+                            size: l.send.max(l.recv),
+                            count: l.count,
+                            dtype: options::type_name(dtype),
+                            redop: op.map_or("none", options::op_name),
+                            root: root.map_or(-1, |r| r as i64),
+                            out_of_place: oop,
+                            in_place: ip,
+                        };
+                        progress.clear();
+                        out.put(&(output::row(&r) + "\n"));
+                        test.push(r);
+                    }
+                }
+            }
+        }
+        progress.clear();
+        out.put(&test.footer());
+        wrong_total += test.out_of_bounds;
+        tests.push(test);
+    }
+    if me == 0
+        && let Some(path) = &a.json
+    {
+        let net = comm.net();
+        let report = Report {
+            version: 1,
+            args: std::env::args().collect(),
+            config: cfg,
+            devices,
+            net: format!("{} v{}", net.name, net.version),
+            tuner: tuner_name(comm),
+            tests,
+        };
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| Error::internal(format!("JSON report: {e}")))?;
+        if path == "-" {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text + "\n")
+                .map_err(|e| Error::io(format!("writing the JSON report to {path}"), e))?;
+        }
+    }
+    Ok(wrong_total)
+}
+
+/// Rank 0's stdout (quiet on the other ranks and when JSON goes to stdout).
+struct Out {
+    print: bool,
+}
+
+impl Out {
+    fn put(&mut self, s: &str) {
+        if self.print {
+            use std::io::Write;
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(s.as_bytes());
+            let _ = o.flush();
+        }
+    }
+}
+
+/// Warmup, timed iterations and checks of one case; every rank returns the same
+/// numbers (times combined per `-a`, wrong elements summed over ranks).
+fn measure(comm: &Comm, a: &PerfArgs, case: &Case, slots: &mut [Slot]) -> Result<Measure> {
+    let (me, n) = (comm.rank(), comm.nranks());
+    for _ in 0..a.warmup_iters {
+        colls::run_group(comm, case, slots)?;
+    }
+    comm.bootstrap().barrier()?;
+    let start = Instant::now();
+    let mut decision = None;
+    for _ in 0..a.iters {
+        decision = colls::run_group(comm, case, slots)?.or(decision);
+    }
+    let secs = start.elapsed().as_secs_f64() / (a.iters * slots.len()) as f64;
+    let mut wrong = 0u64;
+    for rep in 0..a.check {
+        let data = check::Data::new(case.dtype, case.op, n, rep as u64 + 1);
+        check::prepare(case, &data, me, &mut slots[0]);
+        colls::run_group(comm, case, &mut slots[..1])?;
+        wrong += check::verify(case, &data, me, n, &slots[0]);
+    }
+    let mine = [secs.to_le_bytes(), wrong.to_le_bytes()].concat();
+    let all: Vec<(f64, u64)> = comm
+        .bootstrap()
+        .allgather(&mine)?
+        .iter()
+        .map(|b| {
+            let f = |r: std::ops::Range<usize>| {
+                b.get(r)
+                    .and_then(|s| <[u8; 8]>::try_from(s).ok())
+                    .unwrap_or([0; 8])
+            };
+            (f64::from_le_bytes(f(0..8)), u64::from_le_bytes(f(8..16)))
+        })
+        .collect();
+    let times = all.iter().map(|x| x.0);
+    let secs = match a.average {
+        0 => all.first().map_or(secs, |x| x.0),
+        2 => times.fold(f64::INFINITY, f64::min),
+        3 => times.fold(0.0, f64::max),
+        _ => times.sum::<f64>() / all.len().max(1) as f64,
+    };
+    let elem = case.dtype.size().unwrap_or(1);
+    let (alg_bw, bus_bw) = case.coll.bandwidth(case.layout.count, elem, secs, n);
+    Ok(Measure {
+        time: secs * 1e6,
+        alg_bw,
+        bus_bw,
+        nwrong: (a.check > 0).then(|| all.iter().map(|x| x.1).sum()),
+        algo: decision.and_then(|d| d.algo.name()),
+        proto: decision.and_then(|d| d.proto.name()),
+        channels: decision.map(|d| d.channels),
+    })
+}
