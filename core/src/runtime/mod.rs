@@ -7,6 +7,7 @@ pub mod coll;
 pub mod comm;
 pub mod config;
 pub mod connect;
+pub mod device;
 pub mod error;
 pub mod fifo;
 pub mod launch;

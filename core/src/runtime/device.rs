@@ -1,0 +1,253 @@
+//! The device a communicator's buffers live on: host memory (the default) or a
+//! CUDA GPU (`--device cuda`, `CCLKIT_DEVICE=cuda`).
+//!
+//! On a CUDA communicator the user buffers are device memory, the reductions run
+//! as device kernels (`cclkit_kernels::cuda`), and each connection's FIFO slots
+//! live where NCCL would put them ([`mem`]): GPU memory registered with
+//! `NCCL_PTR_CUDA` or through dma-buf when GPUDirect RDMA applies ([`gdr`]),
+//! otherwise pinned host memory the GPU maps (host staging); GPU receives are
+//! flushed with `iflush` when needed. Device communicators run the Simple
+//! protocol (LL and LL128 are flag protocols polled by GPU threads; cclkit's
+//! proxy decodes them on the host).
+//!
+//! Without an NVIDIA driver, opening a CUDA device fails with "no CUDA driver:
+//! libcuda.so.1 not found …". `CCLKIT_CUDA_EMULATE=1` opens the emulated device
+//! instead (the same kernel source run on the CPU over host memory), which
+//! exercises this whole path without a GPU.
+
+use std::os::fd::OwnedFd;
+
+use super::error::{Error, Result};
+
+pub mod gdr;
+pub mod mem;
+
+#[cfg(feature = "cuda")]
+pub mod compute;
+#[cfg(test)]
+mod tests;
+
+pub use gdr::{GdrDecision, GdrEnv, decide, need_flush, pci_sysfs_path};
+pub use mem::{ConnPlan, RegKind, SlotKind, SlotMem};
+
+/// Which device a communicator uses, as configured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// Host memory.
+    #[default]
+    Host,
+    /// CUDA device `ordinal` (`emulated`: the host emulator, for tests).
+    Cuda {
+        /// Device ordinal.
+        ordinal: usize,
+        /// Use the emulated device (`CCLKIT_CUDA_EMULATE=1`).
+        emulated: bool,
+    },
+}
+
+impl DeviceKind {
+    /// Parses `host`, `cpu`, `cuda`, `gpu` or `cuda:N`.
+    ///
+    /// # Errors
+    /// Anything else (the message lists what is accepted).
+    pub fn parse(s: &str, emulated: bool) -> Result<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        let cuda = |ordinal| DeviceKind::Cuda { ordinal, emulated };
+        match s.as_str() {
+            "host" | "cpu" => Ok(DeviceKind::Host),
+            "cuda" | "gpu" => Ok(cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(cuda)
+                .ok_or_else(|| {
+                    Error::invalid_argument(format!(
+                        "device '{s}' is not valid (host, cuda or cuda:N)"
+                    ))
+                }),
+        }
+    }
+
+    /// Reads `CCLKIT_DEVICE` (default host) and `CCLKIT_CUDA_EMULATE`.
+    ///
+    /// # Errors
+    /// An invalid `CCLKIT_DEVICE`.
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        let emulated = get("CCLKIT_CUDA_EMULATE").is_some_and(|v| v.trim() == "1");
+        get("CCLKIT_DEVICE").map_or(Ok(DeviceKind::Host), |v| Self::parse(&v, emulated))
+    }
+
+    /// Whether this is a CUDA device.
+    pub fn is_cuda(self) -> bool {
+        matches!(self, DeviceKind::Cuda { .. })
+    }
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceKind::Host => f.write_str("host"),
+            DeviceKind::Cuda {
+                ordinal,
+                emulated: false,
+            } => write!(f, "cuda:{ordinal}"),
+            DeviceKind::Cuda {
+                ordinal,
+                emulated: true,
+            } => write!(f, "cuda:{ordinal} (emulated)"),
+        }
+    }
+}
+
+/// An opened device.
+#[derive(Clone, Debug)]
+pub enum Device {
+    /// Host memory.
+    Host,
+    /// A CUDA device (or the emulated one).
+    #[cfg(feature = "cuda")]
+    Cuda(cclkit_kernels::cuda::CudaDevice),
+}
+
+/// A CUDA error as a runtime error (driver failures are `ncclUnhandledCudaError`).
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_error(e: cclkit_kernels::cuda::CudaError) -> Error {
+    let abi: cclkit_abi::Error = e.into();
+    Error::new(abi.code(), abi.message().to_owned())
+}
+
+impl Device {
+    /// Opens `kind`. CUDA devices are opened once per process and shared.
+    ///
+    /// # Errors
+    /// "no CUDA driver: libcuda.so.1 not found …" without a driver, a missing
+    /// ordinal, a driver failure, or a cclkit built without the `cuda` feature.
+    pub fn open(kind: DeviceKind) -> Result<Self> {
+        match kind {
+            DeviceKind::Host => Ok(Device::Host),
+            DeviceKind::Cuda { ordinal, emulated } => open_cuda(ordinal, emulated)
+                .map_err(|e| e.context(format!("--device {kind}"))),
+        }
+    }
+
+    /// Whether buffers live on a CUDA device.
+    pub fn is_cuda(&self) -> bool {
+        !matches!(self, Device::Host)
+    }
+
+    /// The GPU's `/sys/devices/pci…` path, when known.
+    pub fn gpu_pci_path(&self) -> Option<String> {
+        match self {
+            Device::Host => None,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.info().pci_bus_id.as_deref().and_then(pci_sysfs_path),
+        }
+    }
+
+    /// The memory plans (send, receive) for connections through a NIC whose
+    /// plugin reports `ptr_support` and `force_flush`, at `nic_pci`.
+    pub fn plans(
+        &self,
+        nic_pci: Option<&str>,
+        ptr_support: i32,
+        force_flush: bool,
+        env: &GdrEnv,
+    ) -> (ConnPlan, ConnPlan, Option<GdrDecision>) {
+        match self {
+            Device::Host => (ConnPlan::HOST, ConnPlan::HOST, None),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => {
+                let info = d.info();
+                let gpu = self.gpu_pci_path();
+                let dec = decide(gpu.as_deref(), nic_pci, ptr_support, env);
+                let dmabuf =
+                    ConnPlan::dmabuf_possible(ptr_support, env.dmabuf, info.dmabuf_supported);
+                let flush = need_flush(dec.recv, force_flush, info.compute_capability.0, env);
+                (
+                    ConnPlan::cuda(dec.send, dmabuf, false),
+                    ConnPlan::cuda(dec.recv, dmabuf, flush),
+                    Some(dec),
+                )
+            }
+        }
+    }
+
+    /// A dma-buf for the GPU allocation holding `p` and `p`'s offset in it.
+    ///
+    /// # Errors
+    /// Not a CUDA device, or the export failed.
+    pub fn dmabuf(&self, p: *mut u8) -> Result<(OwnedFd, u64)> {
+        match self {
+            Device::Host => Err(Error::invalid_usage("dma-buf export needs a CUDA device")),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d
+                .dmabuf(cclkit_kernels::cuda::DevPtr(p as u64))
+                .map(|b| (b.fd, b.offset))
+                .map_err(cuda_error),
+        }
+    }
+
+    /// The device work queue a communicator's proxy uses (`None` on the host).
+    ///
+    /// # Errors
+    /// The driver could not create a stream.
+    #[cfg(feature = "cuda")]
+    pub fn compute(&self) -> Result<Option<compute::DevCompute>> {
+        match self {
+            Device::Host => Ok(None),
+            Device::Cuda(d) => compute::DevCompute::new(d).map(Some),
+        }
+    }
+
+    /// One line for logs and `cclkit doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            Device::Host => "host memory".to_owned(),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => {
+                let i = d.info();
+                format!(
+                    "CUDA device {}: {}{} (sm_{}{}, {} SMs, PCI {})",
+                    i.ordinal,
+                    i.name,
+                    if i.emulated { " [emulated]" } else { "" },
+                    i.compute_capability.0,
+                    i.compute_capability.1,
+                    i.sm_count,
+                    i.pci_bus_id.as_deref().unwrap_or("-")
+                )
+            }
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda(ordinal: usize, emulated: bool) -> Result<Device> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    use cclkit_kernels::cuda::CudaDevice;
+    static OPEN: OnceLock<Mutex<HashMap<(usize, bool), CudaDevice>>> = OnceLock::new();
+    let mut open = OPEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(d) = open.get(&(ordinal, emulated)) {
+        return Ok(Device::Cuda(d.clone()));
+    }
+    let d = if emulated {
+        CudaDevice::emulated()
+    } else {
+        CudaDevice::open(ordinal).map_err(cuda_error)?
+    };
+    tracing::info!(target: "cclkit::device", "{}", Device::Cuda(d.clone()).describe());
+    open.insert((ordinal, emulated), d.clone());
+    Ok(Device::Cuda(d))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(_ordinal: usize, _emulated: bool) -> Result<Device> {
+    Err(Error::invalid_usage(
+        "this cclkit was built without the `cuda` feature (cargo build --features cuda)",
+    ))
+}
