@@ -575,8 +575,20 @@ fn verify_fails_when_the_tuner_does_not_follow_the_file() {
         "{v}"
     );
     // The cclkit tuner does.
-    let v = verify(&file, &s(&rust_plugin("libnccl-tuner-cclkit.so")));
+    let cclkit_tuner = s(&rust_plugin("libnccl-tuner-cclkit.so"));
+    let v = verify(&file, &cclkit_tuner);
     assert_eq!(v.code, Some(0), "{v}");
+    assert!(v.stdout.contains("(3 checked)"), "{v}");
+    // Rules for another communicator verify nothing: that is a failure, not a pass.
+    let other = dir.path().join("three.conf");
+    std::fs::write(&other, "allreduce,0,-1,ring,ll128,1,1,3\n").expect("write");
+    let v = verify(&other, &cclkit_tuner);
+    assert_eq!(v.code, Some(1), "{v}");
+    assert!(
+        v.stdout
+            .contains("nothing checked: no rule of the file holds for 2 rank(s)"),
+        "{v}"
+    );
 }
 
 #[test]
