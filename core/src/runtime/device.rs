@@ -125,8 +125,9 @@ impl Device {
     pub fn open(kind: DeviceKind) -> Result<Self> {
         match kind {
             DeviceKind::Host => Ok(Device::Host),
-            DeviceKind::Cuda { ordinal, emulated } => open_cuda(ordinal, emulated)
-                .map_err(|e| e.context(format!("--device {kind}"))),
+            DeviceKind::Cuda { ordinal, emulated } => {
+                open_cuda(ordinal, emulated).map_err(|e| e.context(format!("--device {kind}")))
+            }
         }
     }
 

@@ -79,14 +79,25 @@ impl DevCompute {
         };
         let s = &self.stream;
         let need_src = || src.ok_or_else(|| Error::internal("copy prim without input"));
-        // SAFETY (each call): forwarded from the caller.
         match c {
-            Combine::Copy { .. } if !recvs.is_empty() => unsafe { s.copy_raw(out, recvs[0], len) },
-            Combine::Copy { pre: true } => unsafe { s.pre_op_raw(red, out, need_src()?, len) },
-            Combine::Copy { pre: false } => unsafe { s.copy_raw(out, need_src()?, len) },
-            Combine::Reduce { finish } => unsafe {
-                s.reduce_many_raw(red, out, src, recvs, len, finish)
-            },
+            Combine::Copy { .. } if !recvs.is_empty() => {
+                // SAFETY: forwarded from the caller.
+                unsafe { s.copy_raw(out, recvs[0], len) }
+            }
+            Combine::Copy { pre: true } => {
+                let src = need_src()?;
+                // SAFETY: forwarded from the caller.
+                unsafe { s.pre_op_raw(red, out, src, len) }
+            }
+            Combine::Copy { pre: false } => {
+                let src = need_src()?;
+                // SAFETY: forwarded from the caller.
+                unsafe { s.copy_raw(out, src, len) }
+            }
+            Combine::Reduce { finish } => {
+                // SAFETY: forwarded from the caller.
+                unsafe { s.reduce_many_raw(red, out, src, recvs, len, finish) }
+            }
         }
         .map_err(k)
     }

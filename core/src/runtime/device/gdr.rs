@@ -166,15 +166,16 @@ pub fn decide(
 /// Hopper (compute capability < 9.0), whose PCIe writes may be seen out of order
 /// (NCCL's `ncclTopoNeedFlush`).
 pub fn need_flush(gdr_recv: bool, plugin_force_flush: bool, cc_major: i32, env: &GdrEnv) -> bool {
-    gdr_recv
-        && !env.flush_disable
-        && (plugin_force_flush || env.force_flush || cc_major < 9)
+    gdr_recv && !env.flush_disable && (plugin_force_flush || env.force_flush || cc_major < 9)
 }
 
 /// The `/sys/devices/pci…` path of the PCI device `bus_id` (`0000:17:00.0`), as
 /// NCCL resolves it (the realpath of `/sys/bus/pci/devices/<bus id>`).
 pub fn pci_sysfs_path(bus_id: &str) -> Option<String> {
-    std::fs::canonicalize(format!("/sys/bus/pci/devices/{}", bus_id.to_ascii_lowercase()))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
+    std::fs::canonicalize(format!(
+        "/sys/bus/pci/devices/{}",
+        bus_id.to_ascii_lowercase()
+    ))
+    .ok()
+    .map(|p| p.to_string_lossy().into_owned())
 }

@@ -270,7 +270,12 @@ impl Flusher for RecvComm {
     type Mr = Mr;
     type Req = Request;
 
-    unsafe fn iflush(&mut self, data: *mut u8, size: usize, mr: Option<&Mr>) -> Result<Option<Request>> {
+    unsafe fn iflush(
+        &mut self,
+        data: *mut u8,
+        size: usize,
+        mr: Option<&Mr>,
+    ) -> Result<Option<Request>> {
         let buf = RecvBuffer {
             data,
             size,

@@ -21,17 +21,32 @@ fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
 
 #[test]
 fn device_kinds_parse() {
-    assert_eq!(DeviceKind::parse("host", false).ok(), Some(DeviceKind::Host));
-    assert_eq!(DeviceKind::parse(" CPU ", false).ok(), Some(DeviceKind::Host));
+    assert_eq!(
+        DeviceKind::parse("host", false).ok(),
+        Some(DeviceKind::Host)
+    );
+    assert_eq!(
+        DeviceKind::parse(" CPU ", false).ok(),
+        Some(DeviceKind::Host)
+    );
     let cuda = |ordinal, emulated| DeviceKind::Cuda { ordinal, emulated };
     assert_eq!(DeviceKind::parse("cuda", false).ok(), Some(cuda(0, false)));
     assert_eq!(DeviceKind::parse("gpu", true).ok(), Some(cuda(0, true)));
-    assert_eq!(DeviceKind::parse("cuda:3", false).ok(), Some(cuda(3, false)));
+    assert_eq!(
+        DeviceKind::parse("cuda:3", false).ok(),
+        Some(cuda(3, false))
+    );
     let e = DeviceKind::parse("cuda:x", false).expect_err("bad ordinal");
     assert!(e.message().contains("host, cuda or cuda:N"), "{e}");
     assert!(DeviceKind::parse("tpu", false).is_err());
-    assert_eq!(DeviceKind::from_lookup(&env(&[])).ok(), Some(DeviceKind::Host));
-    let k = DeviceKind::from_lookup(&env(&[("CCLKIT_DEVICE", "cuda:1"), ("CCLKIT_CUDA_EMULATE", "1")]));
+    assert_eq!(
+        DeviceKind::from_lookup(&env(&[])).ok(),
+        Some(DeviceKind::Host)
+    );
+    let k = DeviceKind::from_lookup(&env(&[
+        ("CCLKIT_DEVICE", "cuda:1"),
+        ("CCLKIT_CUDA_EMULATE", "1"),
+    ]));
     assert_eq!(k.ok(), Some(cuda(1, true)));
     assert_eq!(cuda(2, false).to_string(), "cuda:2");
 }
@@ -54,7 +69,8 @@ fn cuda_without_a_driver_is_a_clear_error() {
     #[cfg(feature = "cuda")]
     {
         assert!(
-            e.message().starts_with("--device cuda:0: no CUDA driver: libcuda.so.1 not found"),
+            e.message()
+                .starts_with("--device cuda:0: no CUDA driver: libcuda.so.1 not found"),
             "{e}"
         );
         assert_eq!(e.code(), NcclResult::UNHANDLED_CUDA_ERROR);
@@ -99,7 +115,11 @@ fn gdr_rule() {
     let def = GdrEnv::default();
     let d = decide(Some(GPU), Some(NIC_PIX), cuda, &def);
     assert_eq!((d.distance, d.recv, d.send), (PciDistance::Pix, true, true));
-    assert!(d.reason.contains("GDR for sends and receives"), "{}", d.reason);
+    assert!(
+        d.reason.contains("GDR for sends and receives"),
+        "{}",
+        d.reason
+    );
     // Without NCCL_PTR_CUDA nothing else matters.
     let d = decide(Some(GPU), Some(NIC_PIX), ptr::HOST, &def);
     assert!(!d.recv && !d.send && d.reason.contains("NCCL_PTR_CUDA"));
@@ -134,7 +154,10 @@ fn flush_rule() {
     let def = GdrEnv::default();
     assert!(!need_flush(false, true, 8, &def), "no GDR, no flush");
     assert!(need_flush(true, false, 8, &def), "Ampere flushes");
-    assert!(!need_flush(true, false, 9, &def), "Hopper orders PCIe writes");
+    assert!(
+        !need_flush(true, false, 9, &def),
+        "Hopper orders PCIe writes"
+    );
     assert!(need_flush(true, true, 9, &def), "plugin forceFlush");
     let force = GdrEnv {
         force_flush: true,
@@ -163,9 +186,19 @@ fn conn_plans() {
     assert!(ConnPlan::cuda(true, true, true).flush);
     let all = ptr::HOST | ptr::CUDA | ptr::DMABUF;
     assert!(ConnPlan::dmabuf_possible(all, true, true));
-    assert!(!ConnPlan::dmabuf_possible(ptr::HOST | ptr::CUDA, true, true));
-    assert!(!ConnPlan::dmabuf_possible(all, false, true), "NCCL_DMABUF_ENABLE=0");
-    assert!(!ConnPlan::dmabuf_possible(all, true, false), "GPU cannot export");
+    assert!(!ConnPlan::dmabuf_possible(
+        ptr::HOST | ptr::CUDA,
+        true,
+        true
+    ));
+    assert!(
+        !ConnPlan::dmabuf_possible(all, false, true),
+        "NCCL_DMABUF_ENABLE=0"
+    );
+    assert!(
+        !ConnPlan::dmabuf_possible(all, true, false),
+        "GPU cannot export"
+    );
     let (s, r, dec) = Device::Host.plans(Some(NIC_PIX), all, true, &GdrEnv::default());
     assert_eq!((s, r, dec), (ConnPlan::HOST, ConnPlan::HOST, None));
 }
@@ -179,9 +212,16 @@ struct FakeComm {
 
 impl Registrar for FakeComm {
     type Mr = usize;
-    unsafe fn reg(&mut self, _data: *mut u8, _size: usize, ptr_type: i32) -> crate::runtime::Result<usize> {
+    unsafe fn reg(
+        &mut self,
+        _data: *mut u8,
+        _size: usize,
+        ptr_type: i32,
+    ) -> crate::runtime::Result<usize> {
         if self.refuse {
-            return Err(crate::runtime::Error::internal("regMr: plugin refused NCCL_PTR_CUDA"));
+            return Err(crate::runtime::Error::internal(
+                "regMr: plugin refused NCCL_PTR_CUDA",
+            ));
         }
         self.calls.push((ptr_type, None));
         Ok(self.calls.len())
@@ -273,8 +313,16 @@ fn flush_waits_for_the_plugin() {
     // A flush that never completes times out.
     let mut f = fake(true, None);
     // SAFETY: as above.
-    let e = unsafe { flush(&mut f, data.as_mut_ptr(), 16, None, Duration::from_millis(20)) }
-        .expect_err("stuck");
+    let e = unsafe {
+        flush(
+            &mut f,
+            data.as_mut_ptr(),
+            16,
+            None,
+            Duration::from_millis(20),
+        )
+    }
+    .expect_err("stuck");
     assert_eq!(e.code(), NcclResult::TIMEOUT);
     assert!(e.message().contains("iflush of 16 received bytes"), "{e}");
 }

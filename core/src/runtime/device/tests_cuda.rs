@@ -22,7 +22,12 @@ fn emulated_device_plans_and_slots() {
     assert!(dev.is_cuda() && dev.describe().contains("[emulated]"));
     // No PCI path: distance SYS, beyond the default level, so host staging.
     let all = ptr::HOST | ptr::CUDA | ptr::DMABUF;
-    let (s, r, dec) = dev.plans(Some("/sys/devices/pci0000:00/x"), all, false, &GdrEnv::default());
+    let (s, r, dec) = dev.plans(
+        Some("/sys/devices/pci0000:00/x"),
+        all,
+        false,
+        &GdrEnv::default(),
+    );
     let dec = dec.expect("a CUDA device decides");
     assert_eq!(dec.distance, PciDistance::Sys);
     assert_eq!((s.slots, r.slots), (SlotKind::Staged, SlotKind::Staged));
@@ -33,11 +38,22 @@ fn emulated_device_plans_and_slots() {
         ..GdrEnv::default()
     };
     let (s, r, _) = dev.plans(None, all, false, &sys);
-    assert_eq!((s.slots, s.reg, s.flush), (SlotKind::Gpu, RegKind::Cuda, false));
-    assert_eq!((r.slots, r.reg, r.flush), (SlotKind::Gpu, RegKind::Cuda, true));
+    assert_eq!(
+        (s.slots, s.reg, s.flush),
+        (SlotKind::Gpu, RegKind::Cuda, false)
+    );
+    assert_eq!(
+        (r.slots, r.reg, r.flush),
+        (SlotKind::Gpu, RegKind::Cuda, true)
+    );
     // Every kind of slot memory, registered as planned.
     let mut c = FakeComm::default();
-    for plan in [ConnPlan::HOST, s, ConnPlan::cuda(false, false, false), ConnPlan::cuda(true, true, false)] {
+    for plan in [
+        ConnPlan::HOST,
+        s,
+        ConnPlan::cuda(false, false, false),
+        ConnPlan::cuda(true, true, false),
+    ] {
         let mut mem = SlotMem::alloc(&dev, &plan, 4096).expect("slots");
         assert_eq!(mem.base() as usize % 8, 0);
         // SAFETY: `mem` outlives the fake registration (which keeps nothing).
@@ -79,7 +95,13 @@ fn emulated_slices_match_host_combine() {
         let host: Vec<Vec<u8>> = (0..4)
             .map(|_| {
                 (0..len)
-                    .map(|i| if dtype == DataType::FLOAT32 && i % 4 == 3 { 0x3f } else { rnd() as u8 & 0x3b })
+                    .map(|i| {
+                        if dtype == DataType::FLOAT32 && i % 4 == 3 {
+                            0x3f
+                        } else {
+                            rnd() as u8 & 0x3b
+                        }
+                    })
                     .collect()
             })
             .collect();
@@ -117,7 +139,12 @@ fn emulated_slices_match_host_combine() {
                 for (i, what) in [(4, "dst"), (5, "send 0"), (6, "send 1")] {
                     let mut got = vec![0u8; len];
                     s.download(&bufs[i], 0, &mut got).expect("download");
-                    assert_eq!(got, want, "{dtype:?} {op:?} {c:?} {} recvs: {what}", recvs.len());
+                    assert_eq!(
+                        got,
+                        want,
+                        "{dtype:?} {op:?} {c:?} {} recvs: {what}",
+                        recvs.len()
+                    );
                 }
                 // Only a send slot (a middle ring step).
                 let io = SliceIo {
@@ -137,8 +164,14 @@ fn emulated_slices_match_host_combine() {
         // In place: the destination is the input (an in-place all-reduce).
         s.upload(&mut bufs[3], 0, &host[0]).expect("upload");
         let mut want = vec![0u8; len];
-        combine(Combine::Reduce { finish: true }, &red, Some(&host[0]), &[&host[1]], &mut want)
-            .expect("host");
+        combine(
+            Combine::Reduce { finish: true },
+            &red,
+            Some(&host[0]),
+            &[&host[1]],
+            &mut want,
+        )
+        .expect("host");
         let io = SliceIo {
             src: Some(p(3)),
             recvs: &[r1],
@@ -157,7 +190,14 @@ fn emulated_slices_match_host_combine() {
         let shifted = DevPtr(p(3).0 + half as u64);
         let n = len - half;
         let mut want = vec![0u8; n];
-        combine(Combine::Copy { pre: true }, &red, Some(&host[0][..n]), &[], &mut want).expect("host");
+        combine(
+            Combine::Copy { pre: true },
+            &red,
+            Some(&host[0][..n]),
+            &[],
+            &mut want,
+        )
+        .expect("host");
         let io = SliceIo {
             src: Some(p(3)),
             recvs: &[],
