@@ -654,6 +654,10 @@ protocol = "simple"
     let r = cclkit(&["tune", "diff", &sa, &s(&bad)], &[], SHORT);
     assert_eq!(r.code, Some(2), "{r}");
     assert!(r.stderr.contains("bad.conf:1:"), "{r}");
+    let gone = dir.path().join("gone.conf");
+    let r = cclkit(&["tune", "diff", &sa, &s(&gone)], &[], SHORT);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stderr.contains("gone.conf: No such file"), "{r}");
 }
 
 #[test]

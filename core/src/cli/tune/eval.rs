@@ -34,8 +34,9 @@ pub enum Spec {
 }
 
 impl Spec {
-    /// A file starting with the ELF magic, or a name that is not a file, is a library;
-    /// any other file is a rule file.
+    /// A file starting with the ELF magic is a library, any other file a rule file; a
+    /// name that is not a file is a rule file if it ends in `.conf`, `.csv` or `.toml`,
+    /// otherwise a library name for the loader to resolve.
     pub fn classify(arg: &str) -> Self {
         let p = Path::new(arg);
         if p.is_file() {
@@ -49,6 +50,13 @@ impl Spec {
             } else {
                 Self::Rules(p.to_path_buf())
             }
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| ["conf", "csv", "toml"].contains(&e.to_ascii_lowercase().as_str()))
+        {
+            // A missing rule file: reading it reports "no such file" by name.
+            Self::Rules(p.to_path_buf())
         } else {
             Self::Library(arg.to_owned())
         }
@@ -326,5 +334,54 @@ impl From<&Decision> for DecisionJson {
                 Source::Fallback => "fallback",
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_are_told_apart_by_content_then_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("rules.conf.so");
+        std::fs::write(&lib, b"\x7fELF\x02\x01\x01").unwrap();
+        let text = dir.path().join("rules");
+        std::fs::write(&text, "allreduce,0,-1,ring,ll,1,-1,-1\n").unwrap();
+        let s = |p: &Path| p.display().to_string();
+        assert_eq!(Spec::classify(&s(&lib)), Spec::Library(s(&lib)));
+        assert_eq!(Spec::classify(&s(&text)), Spec::Rules(text.clone()));
+        let missing = dir.path().join("gone.TOML");
+        assert_eq!(Spec::classify(&s(&missing)), Spec::Rules(missing.clone()));
+        assert_eq!(Spec::classify("cclkit"), Spec::Library("cclkit".into()));
+        assert_eq!(
+            Spec::classify("libnccl-tuner-x.so"),
+            Spec::Library("libnccl-tuner-x.so".into())
+        );
+    }
+
+    #[test]
+    fn shapes_are_checked() {
+        let a = |nranks, nnodes, channels| ShapeArgs {
+            nranks,
+            nnodes,
+            channels,
+            net_speed: 10_000,
+            net_latency: 20.0,
+        };
+        assert!(Shape::from_args(&a(8, 1, 2)).is_ok());
+        assert!(Shape::from_args(&a(2, 4, 2)).is_err());
+        assert!(Shape::from_args(&a(0, 0, 2)).is_err());
+        assert!(Shape::from_args(&a(8, 1, 0)).is_err());
+        assert!(Shape::from_args(&a(8, 1, 33)).is_err());
+        let nvl = Shape::from_args(&a(10, 3, 2)).unwrap().nvl();
+        assert_eq!(
+            (
+                nvl.nNvlDomains,
+                nvl.minRanksPerNvlDomain,
+                nvl.maxRanksPerNvlDomain
+            ),
+            (3, 3, 4)
+        );
     }
 }
