@@ -77,6 +77,15 @@ impl CudaDevice {
         })
     }
 
+    /// What device `ordinal` is (name, PCI bus id, compute capability,
+    /// dma-buf support), without creating a context or loading the kernels.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn query(ordinal: usize) -> Result<DeviceInfo, CudaError> {
+        Driver::query(ordinal).map(|(_, info)| info)
+    }
+
     /// Number of CUDA devices.
     ///
     /// # Errors

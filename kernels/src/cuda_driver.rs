@@ -154,13 +154,13 @@ fn c_buf_string(buf: &[u8]) -> String {
 }
 
 impl Driver {
-    /// Retains device `ordinal`'s primary context and loads the PTX module.
-    pub(crate) fn open(ordinal: usize) -> Result<Self, CudaError> {
+    /// What device `ordinal` is, without creating a context.
+    pub(crate) fn query(ordinal: usize) -> Result<(sys::CUdevice, DeviceInfo), CudaError> {
         let count = device_count()?;
         if ordinal >= count {
             return Err(CudaError::NoDevice { ordinal, count });
         }
-        call("open device", || {
+        call("query device", || {
             use sys::CUdevice_attribute as A;
             let mut dev: sys::CUdevice = 0;
             let ord = c_int::try_from(ordinal).unwrap_or(c_int::MAX);
@@ -196,6 +196,15 @@ impl Driver {
                     .is_ok_and(|v| v != 0),
                 emulated: false,
             };
+            Ok((dev, info))
+        })
+    }
+
+    /// Retains device `ordinal`'s primary context and loads the PTX module.
+    pub(crate) fn open(ordinal: usize) -> Result<Self, CudaError> {
+        let (dev, info) = Self::query(ordinal)?;
+        let sm_count = info.sm_count;
+        call("open device", || {
             let mut ctx: sys::CUcontext = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; `dev` is valid.
             check("cuDevicePrimaryCtxRetain", unsafe {
@@ -208,7 +217,7 @@ impl Driver {
                 functions: Vec::new(),
                 // Enough blocks to fill every SM several times over; the
                 // kernels stride beyond that.
-                max_blocks: u32::try_from(sm_count.max(1)).unwrap_or(1) * 16,
+                max_blocks: sm_count.max(1).saturating_mul(16),
                 info,
             };
             drv.bind()?;

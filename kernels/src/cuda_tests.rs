@@ -89,7 +89,9 @@ fn without_a_driver_every_entry_is_a_clear_error() {
         let n = CudaDevice::count().expect("device count with a driver present");
         assert!(super::driver_version().expect("driver version") >= 12000);
         if n > 0 {
+            let info = CudaDevice::query(0).expect("query device 0");
             let dev = CudaDevice::open(0).expect("open device 0");
+            assert_eq!(dev.info(), &info);
             assert!(!dev.info().name.is_empty() && !dev.info().emulated);
         }
         return;
@@ -102,6 +104,7 @@ fn without_a_driver_every_entry_is_a_clear_error() {
         "{msg}"
     );
     assert_eq!(CudaDevice::count(), Err(CudaError::NoDriver));
+    assert_eq!(CudaDevice::query(0), Err(CudaError::NoDriver));
     assert_eq!(super::driver_version(), Err(CudaError::NoDriver));
     let abi: cclkit_abi::Error = e.into();
     assert_eq!(
