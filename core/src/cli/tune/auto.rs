@@ -32,6 +32,9 @@ use crate::runtime::{Comm, Config};
 
 /// Arguments of `cclkit tune auto`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Default sweep: -b 8 -e 4M -f 4, all five collectives (--verify: those the file has rules for)."
+)]
 pub struct AutoArgs {
     /// Local ranks to run (ignored when started by a launcher: mpirun, srun, torchrun).
     #[arg(long, default_value_t = 2)]
@@ -42,7 +45,7 @@ pub struct AutoArgs {
     /// Timed calls per point.
     #[arg(long, default_value_t = 5)]
     pub iters: usize,
-    /// Untimed calls before them.
+    /// Untimed calls before them (at least one is always made).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// Write the rules here: `.toml` is cclkit TOML, anything else NCCL CSV.

@@ -19,6 +19,7 @@ use super::{ShapeArgs, SweepArgs, all_colls, coll_name, fail};
 
 /// Arguments of `cclkit tune diff`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Default sweep (tuners): -b 8 -e 1G -f 2, all five collectives.")]
 pub struct DiffArgs {
     /// First rule file or tuner library.
     pub a: String,

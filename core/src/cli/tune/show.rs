@@ -15,6 +15,7 @@ use super::{ShapeArgs, SweepArgs, all_colls, coll_name, fail};
 /// Arguments of `cclkit tune show`.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["tuner", "config"])))]
+#[command(after_help = "Default sweep: -b 8 -e 1G -f 4, all five collectives.")]
 pub struct ShowArgs {
     /// The tuner library (a path, or a name such as `cclkit` resolved as
     /// NCCL_TUNER_PLUGIN would be).
