@@ -209,14 +209,16 @@ pub(crate) fn packaged_tuner() -> String {
 /// tuner, in their `init`) at `path`.
 ///
 /// Only called by `cclkit tune` on its main thread before it starts any
-/// communicator (whose threads are the only other threads this program runs) and
-/// before it hands control to any library that could start threads of its own.
+/// communicator (whose proxy threads are the only threads cclkit itself starts).
+/// The one place a foreign library is already loaded is `tune diff LIB FILE`: the
+/// library's tuner is initialised first (so it reads the user's own setting), and a
+/// tuner that left a thread reading the environment behind would race with this.
 pub(crate) fn set_tuner_config_file(path: &Path) {
     if std::env::var_os(CONFIG_FILE_VAR).is_some_and(|v| Path::new(&v) == path) {
         return;
     }
-    // SAFETY: see above: no other thread exists yet that could read or write the
-    // environment concurrently (setenv/getenv are not thread-safe in glibc).
+    // SAFETY: see above: no thread started by cclkit exists yet that could read or
+    // write the environment concurrently (setenv/getenv are not thread-safe in glibc).
     unsafe { std::env::set_var(CONFIG_FILE_VAR, path) };
 }
 
