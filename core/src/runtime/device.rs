@@ -99,6 +99,49 @@ impl std::fmt::Display for DeviceKind {
     }
 }
 
+/// What the GDR rule needs to know about a GPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuFacts {
+    /// Its `/sys/devices/pci…` path, when known.
+    pub pci_path: Option<String>,
+    /// Whether it can export dma-bufs.
+    pub dmabuf: bool,
+    /// Compute capability major (flushes are needed before 9).
+    pub cc_major: i32,
+}
+
+#[cfg(feature = "cuda")]
+impl GpuFacts {
+    /// The facts of a CUDA device.
+    pub fn of(info: &cclkit_kernels::cuda::DeviceInfo) -> Self {
+        Self {
+            pci_path: info.pci_bus_id.as_deref().and_then(pci_sysfs_path),
+            dmabuf: info.dmabuf_supported,
+            cc_major: info.compute_capability.0,
+        }
+    }
+}
+
+/// The memory plans (send, receive) and the GDR decision for connections
+/// between `gpu` and a NIC at `nic_pci` whose plugin reports `ptr_support` and
+/// `force_flush`: the one place the runtime and `cclkit doctor` decide it.
+pub fn plans_for(
+    gpu: &GpuFacts,
+    nic_pci: Option<&str>,
+    ptr_support: i32,
+    force_flush: bool,
+    env: &GdrEnv,
+) -> (ConnPlan, ConnPlan, GdrDecision) {
+    let dec = decide(gpu.pci_path.as_deref(), nic_pci, ptr_support, env);
+    let dmabuf = ConnPlan::dmabuf_possible(ptr_support, env.dmabuf, gpu.dmabuf);
+    let flush = need_flush(dec.recv, force_flush, gpu.cc_major, env);
+    (
+        ConnPlan::cuda(dec.send, dmabuf, false),
+        ConnPlan::cuda(dec.recv, dmabuf, flush),
+        dec,
+    )
+}
+
 /// An opened device.
 #[derive(Clone, Debug)]
 pub enum Device {
@@ -158,17 +201,14 @@ impl Device {
             Device::Host => (ConnPlan::HOST, ConnPlan::HOST, None),
             #[cfg(feature = "cuda")]
             Device::Cuda(d) => {
-                let info = d.info();
-                let gpu = self.gpu_pci_path();
-                let dec = decide(gpu.as_deref(), nic_pci, ptr_support, env);
-                let dmabuf =
-                    ConnPlan::dmabuf_possible(ptr_support, env.dmabuf, info.dmabuf_supported);
-                let flush = need_flush(dec.recv, force_flush, info.compute_capability.0, env);
-                (
-                    ConnPlan::cuda(dec.send, dmabuf, false),
-                    ConnPlan::cuda(dec.recv, dmabuf, flush),
-                    Some(dec),
-                )
+                let (s, r, dec) = plans_for(
+                    &GpuFacts::of(d.info()),
+                    nic_pci,
+                    ptr_support,
+                    force_flush,
+                    env,
+                );
+                (s, r, Some(dec))
             }
         }
     }

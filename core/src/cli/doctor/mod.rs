@@ -18,6 +18,7 @@ use crate::plugin::resolve::{self, Rule};
 use crate::plugin::select::{Attempt, NetRegistry, Outcome, TunerArgs, TunerRegistry};
 use crate::plugin::tuner::{CostTable, NvlDomainInfo, TunerConstants, TunerContext};
 
+pub mod gdr;
 mod render;
 
 /// Arguments of `cclkit doctor`.
@@ -54,6 +55,8 @@ pub struct DoctorReport {
     pub net: Section,
     /// Tuner resolution.
     pub tuner: Section,
+    /// GPUDirect RDMA: what `--device cuda` would do per GPU and net device.
+    pub gpu: gdr::GdrReport,
     /// Legal but suspicious settings.
     pub notes: Vec<String>,
     /// What is wrong (non-empty ⇒ exit code 1).
@@ -286,12 +289,16 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
         notes.push("CCLKIT_STRICT=1: cclkit would refuse to start with this setup".into());
     }
 
+    let gpu = gdr::report(&net.devices, &|k| std::env::var(k).ok());
+    problems.extend(gpu.problem.clone());
+
     let verdict = verdict(&net, &tuner, &problems);
     DoctorReport {
         flavor: config.flavor,
         settings: settings(config),
         net,
         tuner,
+        gpu,
         notes,
         problems,
         verdict,

@@ -51,6 +51,7 @@ pub fn render(r: &DoctorReport) -> String {
             };
         }
     }
+    super::gdr::render(&mut o, &r.gpu);
     if !r.notes.is_empty() {
         let _ = writeln!(o, "\nNotes:");
         for n in &r.notes {
