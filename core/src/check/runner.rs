@@ -415,13 +415,13 @@ fn classify(job: &Job, ended: Ended, limit: Duration) -> CheckResult {
         .unwrap_or_default();
     let step = stdout
         .lines()
-        .filter_map(|l| l.strip_prefix(STEP_PREFIX))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(STEP_PREFIX))
         .map(str::to_owned);
     let result = stdout
         .lines()
-        .filter_map(|l| l.strip_prefix(RESULT_PREFIX))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(RESULT_PREFIX))
         .and_then(|j| serde_json::from_str::<WireResult>(j).ok());
     let clean_exit = output.as_ref().is_some_and(|o| o.status.success());
     match result {

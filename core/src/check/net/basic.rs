@@ -275,7 +275,7 @@ fn sane(r: &Ready, env: &Env, dev: usize, p: &Properties) -> Result<(), Stop> {
         );
     }
     let unpack_ok = p.device_type == NetDeviceType::UNPACK
-        && p.device_version == NCCL_NET_DEVICE_UNPACK_VERSION as i32;
+        && p.device_version == NCCL_NET_DEVICE_UNPACK_VERSION;
     if p.device_type != NetDeviceType::HOST && !unpack_ok {
         return fail!(
             "netDeviceType {:?} version {}: NCCL accepts HOST, or UNPACK version {} (else it \

@@ -11,7 +11,7 @@ use crate::check::{Checked, fail};
 use crate::plugin::net::RecvBuffer;
 
 /// NCCL_NET_MAX_REQUESTS: requests NCCL may have outstanding on one comm.
-const MAX_REQUESTS: usize = cclkit_abi::raw::net::NCCL_NET_MAX_REQUESTS as usize;
+const MAX_REQUESTS: usize = cclkit_abi::raw::net::NCCL_NET_MAX_REQUESTS;
 
 /// How long a post may keep returning NULL with nothing able to progress.
 const POST_LIMIT: Duration = Duration::from_secs(4);
@@ -57,9 +57,13 @@ pub(crate) fn inflight(env: &Env) -> Checked {
         "{} sends ({MAX_REQUESTS} x maxRecvs {n})",
         MAX_REQUESTS * n
     ));
-    for k in 0..MAX_REQUESTS {
-        for i in 0..n {
-            let len = rng.range(0, rbufs[k][i].len());
+    let rooms: Vec<Vec<usize>> = rbufs
+        .iter()
+        .map(|bufs| bufs.iter().map(|b| b.len()).collect())
+        .collect();
+    for (k, room) in rooms.iter().enumerate() {
+        for (i, &cap) in room.iter().enumerate() {
+            let len = rng.range(0, cap);
             let data = rng.bytes(len);
             let sbuf = buffer(len);
             sbuf.copy_from_slice(&data);
@@ -79,11 +83,11 @@ pub(crate) fn inflight(env: &Env) -> Checked {
     step("wait for every request");
     let rdone = flow.wait_ok(&rtokens, OP_LIMIT * 2)?;
     flow.wait_ok(&stokens, OP_LIMIT)?;
-    for k in 0..MAX_REQUESTS {
-        for i in 0..n {
+    for (k, bufs) in rbufs.iter().enumerate() {
+        for (i, buf) in bufs.iter().enumerate() {
             let data = &sent[k * n + i];
             let got = rdone[k].get(i).copied().unwrap_or(usize::MAX);
-            if got != data.len() || rbufs[k][i][..data.len()] != data[..] {
+            if got != data.len() || buf[..data.len()] != data[..] {
                 return fail!(
                     "receive {k}, buffer {i}: {got} bytes reported for a {}-byte send, or the \
                      data differs",
