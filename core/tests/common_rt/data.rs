@@ -185,6 +185,12 @@ pub fn check_reduction(
 ) -> Result<(), String> {
     let n = inputs.len();
     let count = got.len() / size(dt);
+    let (u, eta) = precision(dt);
+    let k = n.saturating_sub(1) as f64;
+    let mut gamma = k * u / (1.0 - k * u);
+    if dt == DataType::FLOAT64 {
+        gamma *= 2.0; // the f64 reference itself rounds
+    }
     for i in 0..count {
         if is_int(dt) {
             let xs = inputs.iter().map(|b| int_at(dt, b, at + i));
@@ -201,38 +207,30 @@ pub fn check_reduction(
             }
             continue;
         }
-        let xs: Vec<f64> = inputs.iter().map(|b| float_at(dt, b, at + i)).collect();
         let g = float_at(dt, got, i);
+        let xs = inputs.iter().map(|b| float_at(dt, b, at + i));
         if op == RedOp::MIN || op == RedOp::MAX {
             // minimumNumber/maximumNumber with -0 < +0: compare (value, sign).
-            let key = |x: &f64| (*x, if x.is_sign_negative() { 0 } else { 1 });
-            let pick = xs.iter().copied().reduce(|a, b| {
-                let a_first = key(&a).partial_cmp(&key(&b)) != Some(std::cmp::Ordering::Greater);
-                if a_first == (op == RedOp::MIN) { a } else { b }
-            });
-            let want = pick.unwrap_or(0.0);
+            let key = |x: f64| (x, u8::from(!x.is_sign_negative()));
+            let want = xs
+                .reduce(|a, b| {
+                    let a_first = key(a).partial_cmp(&key(b)) != Some(std::cmp::Ordering::Greater);
+                    if a_first == (op == RedOp::MIN) { a } else { b }
+                })
+                .unwrap_or(0.0);
             if g != want || g.is_sign_negative() != want.is_sign_negative() {
                 return Err(format!("{dt:?} {op:?} [{i}]: got {g:e}, want {want:e}"));
             }
             continue;
         }
-        let (u, eta) = precision(dt);
-        let k = (n - 1) as f64;
-        let mut gamma = k * u / (1.0 - k * u);
-        if dt == DataType::FLOAT64 {
-            gamma *= 2.0; // the f64 reference itself rounds
-        }
-        let abs: f64 = xs.iter().map(|x| x.abs()).sum();
+        let (sum, abs, prod) = xs.fold((0.0, 0.0, 1.0), |(s, a, p), x| (s + x, a + x.abs(), p * x));
         let (exact, bound) = match op {
-            RedOp::PROD => {
-                let p: f64 = xs.iter().product();
-                (p, gamma * p.abs() + n as f64 * eta)
-            }
+            RedOp::PROD => (prod, gamma * prod.abs() + n as f64 * eta),
             RedOp::AVG => (
-                xs.iter().sum::<f64>() / n as f64,
+                sum / n as f64,
                 (gamma + 3.0 * u) * abs / n as f64 + n as f64 * eta,
             ),
-            _ => (xs.iter().sum(), gamma * abs + n as f64 * eta),
+            _ => (sum, gamma * abs + n as f64 * eta),
         };
         if !((g - exact).abs() <= bound) {
             return Err(format!(

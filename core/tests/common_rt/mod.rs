@@ -12,6 +12,7 @@
 //! enough). Ranks report facts to the parent as `@@ {json}` lines on stdout.
 #![allow(dead_code)]
 
+pub mod colls;
 pub mod data;
 
 use std::io::{BufRead, BufReader, Read};

@@ -1,0 +1,245 @@
+//! Collectives across processes (issue 6): every collective × every type × every op
+//! on 1, 2, 3, 4, 5 and 8 ranks with random data and counts 0, 1, primes and more
+//! than one chunk, in and out of place, alone and aggregated in groups; then every
+//! algorithm and protocol forced once (`NCCL_ALGO`/`NCCL_PROTO`), checked through
+//! the decisions the calls return.
+
+#[macro_use]
+mod common_rt;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cclkit_abi::raw::common::RedOp;
+use common_rt::colls::{Bufs, Tally, cases, note};
+use common_rt::{Job, Run, builtin_net, emit, join, param, param_u64};
+
+/// The rank program: runs every case (windows of 1, 1 and 4 cases per group) and
+/// checks each result; reports what ran.
+fn collectives() {
+    let comm = join();
+    let (me, n) = (comm.rank(), comm.nranks());
+    let seed = param_u64("SEED", 1);
+    let big = param_u64("BIG_BYTES", 1 << 20) as usize;
+    let forced_algo = param("FORCE_ALGO");
+    let forced_proto = param("FORCE_PROTO");
+    let forced = forced_algo.as_deref().zip(forced_proto.as_deref());
+    let all = cases(n, seed, big, param("ONLY_TUNED").is_some());
+    let mut tally = Tally::default();
+    let started = std::time::Instant::now();
+    let (mut i, mut w) = (0, 0);
+    let mut timing = [0f64; 3];
+    while i < all.len() {
+        let k = [1, 1, 4][w % 3].min(all.len() - i);
+        w += 1;
+        let window = &all[i..i + k];
+        let t0 = std::time::Instant::now();
+        let mut bufs: Vec<Bufs> = window.iter().map(|c| c.buffers(seed, me, n)).collect();
+        let t1 = std::time::Instant::now();
+        let mut g = comm.collectives();
+        for (c, b) in window.iter().zip(bufs.iter_mut()) {
+            c.add(&mut g, b);
+        }
+        let decisions = g
+            .run()
+            .unwrap_or_else(|e| panic!("rank {me}/{n}: {window:?}: {e}"));
+        assert_eq!(decisions.len(), k, "one decision per collective");
+        let t2 = std::time::Instant::now();
+        timing[0] += (t1 - t0).as_secs_f64();
+        timing[1] += (t2 - t1).as_secs_f64();
+        for ((c, b), d) in window.iter().zip(&bufs).zip(&decisions) {
+            tally.add_digest(c.verify(&comm, seed, b));
+            note(&mut tally, c, n, d, forced);
+        }
+        timing[2] += t2.elapsed().as_secs_f64();
+        i += k;
+    }
+    tally.agree(&comm);
+    comm.barrier().expect("barrier");
+    emit("cases", all.len());
+    emit("seconds", started.elapsed().as_secs_f64());
+    emit("timing", timing);
+    emit("runs", &tally.runs);
+    emit("multi_chunk", &tally.multi_chunk);
+    emit("report", comm.tuning().report_text());
+    comm.destroy().expect("destroy");
+}
+
+/// Every rank ran the same number of cases and rank 0 reported what ran.
+fn summary(run: &Run, label: &str) -> BTreeMap<String, u64> {
+    let cases = run.value(0, "cases");
+    for r in 0..run.ranks.len() {
+        assert_eq!(run.value(r, "cases"), cases, "rank {r}");
+    }
+    let runs: BTreeMap<String, u64> =
+        serde_json::from_value(run.value(0, "runs")).expect("runs map");
+    eprintln!(
+        "{label}: {cases} cases in {:.1} s (rank 0 {:.1} s, {}): {runs:?}",
+        run.wall.as_secs_f64(),
+        run.value(0, "seconds").as_f64().unwrap_or(0.0),
+        run.value(0, "timing")
+    );
+    runs
+}
+
+#[test]
+fn every_collective_type_and_op_on_1_2_3_4_5_8_ranks() {
+    rank!(collectives);
+    for np in [1, 2, 3, 4, 5, 8] {
+        // The largest count: past one chunk of the protocols the model picks for it.
+        let big = if np >= 5 { 512 << 10 } else { 1 << 20 };
+        let run = Job::new(test_name!(), np)
+            .envs(builtin_net())
+            .env("CKT_SEED", 1000 + np)
+            .env("CKT_BIG_BYTES", big)
+            .timeout(Duration::from_secs(240))
+            .run();
+        run.assert_ok();
+        let runs = summary(&run, &format!("{np} ranks"));
+        // All eight collectives ran, with the model's choices.
+        for f in [
+            "AllReduce",
+            "Reduce",
+            "ReduceScatter",
+            "Broadcast",
+            "AllGather",
+            "AlltoAll",
+            "Gather",
+            "Scatter",
+        ] {
+            assert!(
+                runs.keys().any(|k| k.starts_with(&format!("{f} "))),
+                "{f} never ran: {runs:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn each_algorithm_and_protocol_forced() {
+    rank!(collectives);
+    // (NCCL_ALGO, NCCL_PROTO, ranks, ranks per host): trees across several hosts
+    // (NCCL_HOSTID), a chain inside one host, rings of odd and even size.
+    let runs = [
+        ("ring", "LL", 3, 3),
+        ("ring", "LL128", 4, 4),
+        ("ring", "Simple", 5, 5),
+        ("allreduce:tree", "LL", 5, 1),
+        ("allreduce:tree", "LL128", 8, 2),
+        ("allreduce:tree", "Simple", 4, 4),
+    ];
+    for (algo, proto, np, per_host) in runs {
+        let mut job = Job::new(test_name!(), np)
+            .envs(builtin_net())
+            .env("NCCL_ALGO", algo)
+            .env("NCCL_PROTO", proto)
+            .env("CKT_FORCE_ALGO", algo)
+            .env("CKT_FORCE_PROTO", proto)
+            .env("CKT_ONLY_TUNED", 1)
+            .env("CKT_SEED", 2000 + np)
+            .env("CKT_BIG_BYTES", 1 << 20)
+            // Small FIFOs: many chunks, steps and slot reuses at modest sizes.
+            .env("NCCL_BUFFSIZE", 131_072)
+            .env("NCCL_LL_BUFFSIZE", 65_536)
+            .env("NCCL_LL128_BUFFSIZE", 245_760)
+            .timeout(Duration::from_secs(240));
+        for r in 0..np {
+            job = job.rank_env(r, "NCCL_HOSTID", format!("host{}", r / per_host));
+        }
+        let run = job.run();
+        run.assert_ok();
+        let label = format!("NCCL_ALGO={algo} NCCL_PROTO={proto}, {np} ranks");
+        let ran = summary(&run, &label);
+        let multi: BTreeMap<String, u64> =
+            serde_json::from_value(run.value(0, "multi_chunk")).expect("multi_chunk map");
+        for f in [
+            "AllReduce",
+            "Reduce",
+            "ReduceScatter",
+            "Broadcast",
+            "AllGather",
+        ] {
+            assert!(
+                multi.contains_key(f),
+                "{label}: {f} never needed more than one chunk: {multi:?}"
+            );
+            assert!(
+                ran.keys().any(|k| k.starts_with(&format!("{f} "))),
+                "{label}: {f} never ran"
+            );
+        }
+        let report = run.value(0, "report");
+        let report = report.as_str().unwrap_or_default();
+        let want = proto.to_ascii_uppercase();
+        assert!(
+            report.contains(&want),
+            "{label}: report lacks {want}:\n{report}"
+        );
+    }
+}
+
+/// The reference itself: the kernels' serial ring result passes for every type × op,
+/// and one wrong element is caught (so the checks above can fail).
+#[test]
+fn reference_accepts_nccl_results_and_catches_a_wrong_element() {
+    use cclkit_kernels::Reduction;
+    use common_rt::data::{OPS, Rng, TYPES, check_reduction, input, is_int, size};
+    for dt in TYPES {
+        for op in OPS {
+            for n in [1usize, 2, 5, 8] {
+                let count = 257;
+                let xs: Vec<Vec<u8>> = (0..n)
+                    .map(|r| {
+                        input(
+                            dt,
+                            op,
+                            count,
+                            &mut Rng::new(&[dt.0 as u64, op.0 as u64, r as u64]),
+                        )
+                    })
+                    .collect();
+                let red = Reduction::new(dt, op, n as u32).expect("reduction");
+                let mut acc = vec![0u8; xs[0].len()];
+                red.pre_op(&mut acc, &xs[0]).expect("pre_op");
+                if n == 1 {
+                    red.post_op_in_place(&mut acc).expect("post_op");
+                }
+                for (r, x) in xs.iter().enumerate().skip(1) {
+                    let mut next = vec![0u8; acc.len()];
+                    red.reduce_local(&mut next, &acc, x, r == n - 1)
+                        .expect("step");
+                    acc = next;
+                }
+                let refs: Vec<&[u8]> = xs.iter().map(Vec::as_slice).collect();
+                check_reduction(dt, op, &refs, 0, &acc)
+                    .unwrap_or_else(|e| panic!("the reference rejects NCCL's result: {e}"));
+                let at = 100 * size(dt);
+                if is_int(dt) {
+                    acc[at] ^= 1;
+                } else {
+                    // 400 is far outside what these inputs can reduce to (|x| ≤ 8).
+                    acc[at..at + size(dt)].copy_from_slice(&far_value(dt));
+                }
+                assert!(
+                    check_reduction(dt, op, &refs, 0, &acc).is_err(),
+                    "{dt:?} {op:?} n={n}: a wrong element passed"
+                );
+            }
+        }
+    }
+}
+
+/// The bytes of 400.0 in a float type.
+fn far_value(dt: cclkit_abi::raw::common::DataType) -> Vec<u8> {
+    use cclkit_abi::raw::common::DataType as T;
+    use cclkit_kernels::{Bf16, F16, Fp8E4M3, Fp8E5M2};
+    match dt {
+        T::FLOAT16 => F16::from_f32(400.0).0.to_le_bytes().to_vec(),
+        T::BFLOAT16 => Bf16::from_f32(400.0).0.to_le_bytes().to_vec(),
+        T::FLOAT32 => 400f32.to_le_bytes().to_vec(),
+        T::FLOAT64 => 400f64.to_le_bytes().to_vec(),
+        T::FLOAT8E4M3 => vec![Fp8E4M3::from_f32(400.0).0],
+        T::FLOAT8E5M2 => vec![Fp8E5M2::from_f32(400.0).0],
+        _ => unreachable!("float types only"),
+    }
+}
