@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::bootstrap;
+use super::device::DeviceKind;
 use super::error::{Error, Result};
 use crate::plugin::select::NetRegistry;
 use crate::plugin::select::TunerRegistry;
@@ -40,6 +41,9 @@ pub struct Config {
     /// `CCLKIT_GROUPED_RECV` (default on): grouped receives on p2p links when the
     /// plugin's `maxRecvs > 1`.
     pub grouped_recv: bool,
+    /// `CCLKIT_DEVICE` (`host`, `cuda`, `cuda:N`; `CCLKIT_CUDA_EMULATE=1` for the
+    /// emulated GPU): where user buffers live (see [`super::device`]).
+    pub device: DeviceKind,
 }
 
 impl std::fmt::Debug for Config {
@@ -50,6 +54,7 @@ impl std::fmt::Debug for Config {
             .field("op_timeout", &self.op_timeout)
             .field("channels", &(self.min_channels, self.max_channels))
             .field("grouped_recv", &self.grouped_recv)
+            .field("device", &self.device)
             .finish_non_exhaustive()
     }
 }
@@ -99,6 +104,7 @@ impl Config {
             algo: get("NCCL_ALGO"),
             proto: get("NCCL_PROTO"),
             grouped_recv: parse::<u8>(get, "CCLKIT_GROUPED_RECV")?.is_none_or(|v| v != 0),
+            device: DeviceKind::from_lookup(get)?,
         })
     }
 

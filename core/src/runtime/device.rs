@@ -142,6 +142,29 @@ pub fn plans_for(
     )
 }
 
+/// Where one direction of a connection keeps its FIFO slots: the device and
+/// the plan ([`Device::plans`]), and how long a receive flush may take.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The communicator's device.
+    pub device: Device,
+    /// The memory plan.
+    pub plan: ConnPlan,
+    /// Limit for one `iflush` (the communicator's operation timeout).
+    pub flush_timeout: std::time::Duration,
+}
+
+impl Placement {
+    /// Host memory (host communicators).
+    pub fn host() -> Self {
+        Self {
+            device: Device::Host,
+            plan: ConnPlan::HOST,
+            flush_timeout: std::time::Duration::from_secs(300),
+        }
+    }
+}
+
 /// An opened device.
 #[derive(Clone, Debug)]
 pub enum Device {

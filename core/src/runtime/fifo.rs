@@ -15,8 +15,9 @@
 
 use std::collections::VecDeque;
 
-use cclkit_abi::raw::common::{Protocol, ptr};
+use cclkit_abi::raw::common::Protocol;
 
+use super::device::{self, Placement, SlotMem};
 use super::error::{Error, Result};
 use super::protocol::ProtoParams;
 use crate::plugin::NetError;
@@ -40,29 +41,37 @@ pub fn net_err(e: NetError, what: &str) -> Error {
     )
 }
 
-/// A slot buffer: 8-byte aligned heap memory of `slots × slot_wire` bytes.
+/// A slot buffer of `slots × slot_wire` bytes: 8-byte aligned host memory, or
+/// on a CUDA communicator pinned host or GPU memory ([`device::mem`]).
 struct Slots {
-    mem: Vec<u64>,
+    mem: SlotMem,
     slot_wire: usize,
 }
 
 impl Slots {
-    fn new(p: &ProtoParams) -> Self {
+    fn new(p: &ProtoParams, place: &Placement) -> Result<Self> {
         let bytes = p.slots() * p.slot_wire();
-        Self {
-            mem: vec![0u64; bytes.div_ceil(8)],
+        Ok(Self {
+            mem: SlotMem::alloc(&place.device, &place.plan, bytes)?,
             slot_wire: p.slot_wire(),
-        }
-    }
-    fn base(&mut self) -> *mut u8 {
-        self.mem.as_mut_ptr().cast()
-    }
-    fn bytes(&self) -> usize {
-        self.mem.len() * 8
+        })
     }
     fn slot(&mut self, i: usize) -> *mut u8 {
-        // SAFETY: `i < slots`, so the slot lies inside `mem`.
-        unsafe { self.base().add(i * self.slot_wire) }
+        // `i < slots`, so the slot lies inside the buffer; a GPU address is
+        // only offset here, never dereferenced on the host.
+        self.mem.base().wrapping_add(i * self.slot_wire)
+    }
+    /// Registers the slots on `comm` as the placement says.
+    ///
+    /// # Safety
+    /// The registration is deregistered before the slots are dropped.
+    unsafe fn register<R: device::mem::Registrar>(
+        &mut self,
+        comm: &mut R,
+        place: &Placement,
+    ) -> Result<R::Mr> {
+        // SAFETY: forwarded from the caller.
+        unsafe { device::mem::register(comm, &mut self.mem, &place.plan, &place.device) }
     }
 }
 
@@ -83,6 +92,7 @@ pub struct SendConn {
     fifos: [Option<SendFifo>; 3],
     label: String,
     tag: i32,
+    place: Placement,
 }
 
 struct SendFifo {
@@ -105,17 +115,24 @@ impl SendConn {
             fifos: [None, None, None],
             label,
             tag,
+            place: Placement::host(),
         }
+    }
+
+    /// Keeps the FIFO slots where `place` says (device communicators).
+    pub fn placed(mut self, place: Placement) -> Self {
+        self.place = place;
+        self
     }
 
     fn fifo(&mut self, p: &ProtoParams) -> Result<&mut SendFifo> {
         let i = proto_index(p.proto);
         if self.fifos[i].is_none() {
-            let mut slots = Slots::new(p);
+            let mut slots = Slots::new(p, &self.place)?;
             // SAFETY: the slot memory lives in this FIFO until the comm is closed
             // (connections are dropped comm-first, see Drop).
-            let mr = unsafe { self.comm.reg_mr(slots.base(), slots.bytes(), ptr::HOST) }
-                .map_err(|e| net_err(e, &format!("{}: regMr", self.label)))?;
+            let mr = unsafe { slots.register(&mut self.comm, &self.place) }
+                .map_err(|e| e.context(&self.label))?;
             self.fifos[i] = Some(SendFifo {
                 params: *p,
                 filled: vec![(0, 0); p.slots()],
@@ -230,6 +247,7 @@ pub struct RecvConn {
     consumed_hook: bool,
     /// The sender's rank: the tag of single receives.
     peer: i32,
+    place: Placement,
 }
 
 struct RecvFifo {
@@ -256,21 +274,29 @@ impl RecvConn {
             expect_posted: 0,
             consumed_hook: true,
             peer,
+            place: Placement::host(),
         }
+    }
+
+    /// Keeps the FIFO slots where `place` says, flushing GPU receives when its
+    /// plan asks for it (device communicators).
+    pub fn placed(mut self, place: Placement) -> Self {
+        self.place = place;
+        self
     }
 
     fn fifo<'a>(
         fifos: &'a mut [Option<RecvFifo>; 3],
         comm: &mut RecvComm,
         label: &str,
+        place: &Placement,
         p: &ProtoParams,
     ) -> Result<&'a mut RecvFifo> {
         let i = proto_index(p.proto);
         if fifos[i].is_none() {
-            let mut slots = Slots::new(p);
+            let mut slots = Slots::new(p, place)?;
             // SAFETY: the slot memory lives in this FIFO until the comm is closed.
-            let mr = unsafe { comm.reg_mr(slots.base(), slots.bytes(), ptr::HOST) }
-                .map_err(|e| net_err(e, &format!("{label}: regMr")))?;
+            let mr = unsafe { slots.register(comm, place) }.map_err(|e| e.context(label))?;
             fifos[i] = Some(RecvFifo {
                 params: *p,
                 ready: vec![(0, None, 0); p.slots()],
@@ -294,7 +320,7 @@ impl RecvConn {
 
     /// The next ready slot (pointer, wire bytes), or `None`.
     pub fn slot_to_consume(&mut self, p: &ProtoParams) -> Result<Option<(*const u8, usize)>> {
-        let f = Self::fifo(&mut self.fifos, &mut self.comm, &self.label, p)?;
+        let f = Self::fifo(&mut self.fifos, &mut self.comm, &self.label, &self.place, p)?;
         if f.consume >= f.done {
             return Ok(None);
         }
@@ -310,9 +336,10 @@ impl RecvConn {
             comm,
             label,
             consumed_hook,
+            place,
             ..
         } = self;
-        let f = Self::fifo(fifos, comm, label, p)?;
+        let f = Self::fifo(fifos, comm, label, place, p)?;
         let i = (f.consume % f.params.slots() as u64) as usize;
         let (_, id, n) = f.ready[i];
         f.consume += 1;
@@ -341,9 +368,10 @@ impl RecvConn {
                 label,
                 expect_posted,
                 peer,
+                place,
                 ..
             } = self;
-            let f = Self::fifo(fifos, comm, label, &p)?;
+            let f = Self::fifo(fifos, comm, label, place, &p)?;
             let n = f.params.slots() as u64;
             let left = e.count - *expect_posted;
             // A group never crosses the end of its primitive's slices.
@@ -383,10 +411,16 @@ impl RecvConn {
             }
         }
         let Self {
-            fifos, comm, label, ..
+            fifos,
+            comm,
+            label,
+            place,
+            ..
         } = self;
         for f in fifos.iter_mut().flatten() {
             let n = f.params.slots() as u64;
+            // NCCL flushes GPU receives of the Simple protocol (NCCL_ABI.md §2.11).
+            let flush = place.plan.flush && f.params.proto == Protocol::SIMPLE;
             while let Some((r, first, k)) = f.posted.front_mut() {
                 let (first, k) = (*first, *k);
                 match comm.test(r) {
@@ -396,6 +430,22 @@ impl RecvConn {
                         for j in 0..k {
                             let slot = ((first + j as u64) % n) as usize;
                             let got = sizes.get(j).copied().unwrap_or(0);
+                            if flush {
+                                let data = f.slots.slot(slot);
+                                // SAFETY: the slot is registered as `f.mr` and holds
+                                // the `got` bytes just received; the kernel reads it
+                                // only after this returns.
+                                unsafe {
+                                    device::mem::flush(
+                                        comm,
+                                        data,
+                                        got,
+                                        f.mr.as_ref(),
+                                        place.flush_timeout,
+                                    )
+                                }
+                                .map_err(|e| e.context(&label))?;
+                            }
                             // The request's id travels with its last slot for irecvConsumed.
                             f.ready[slot] = (got, (j + 1 == k).then_some(id), k);
                         }
