@@ -148,3 +148,10 @@ ptx-check:
 .PHONY: ptx-regen
 ptx-regen:
 	$(call ptx_gen,$(PTX_OUT))
+
+# Start a plugin from a template: make new-plugin KIND=net|tuner NAME=foo creates
+# plugins/foo (crate nccl-<kind>-foo), adds it to the workspace and to PLUGINS above;
+# `make package` then installs build/lib/libnccl-<kind>-foo.so for `cclkit check`.
+.PHONY: new-plugin
+new-plugin:
+	@examples/new-plugin.sh "$(KIND)" "$(NAME)"

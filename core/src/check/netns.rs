@@ -145,9 +145,30 @@ pub(crate) fn cleanup_for(pid: u32) {
     }
 }
 
-/// The variables every cclkit plugin reads to pick its interface, pointed at the veth
-/// (vendors add theirs with `--peer-env KEY=VALUE`, `{ip}`/`{ifname}` substituted).
-pub(crate) fn default_env(extra: &[String]) -> Vec<(String, String)> {
+/// `<NAME>_IP` / `<NAME>_IFNAME` for a plugin named `name`: the table name upper-cased,
+/// every other character than A-Z and 0-9 turned into `_` ("my-net" → `MY_NET_IP`).
+pub(crate) fn name_vars(name: &str) -> [(String, String); 2] {
+    let upper: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    [
+        (format!("{upper}_IP"), "{ip}".to_owned()),
+        (format!("{upper}_IFNAME"), "{ifname}".to_owned()),
+    ]
+}
+
+/// The variables the peers of the namespace check get, pointing each plugin at the
+/// veth: NCCL's `NCCL_SOCKET_IFNAME`, what cclkit's own plugins read, the naming
+/// convention `<NAME>_IP` / `<NAME>_IFNAME` for the plugin `name` (what `make
+/// new-plugin` crates read), then `--peer-env KEY=VALUE` (`{ip}`/`{ifname}` substituted).
+pub(crate) fn default_env(name: &str, extra: &[String]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = [
         ("NCCL_SOCKET_IFNAME", "={ifname}"),
         ("CCLKIT_TEMPLATE_IP", "{ip}"),
@@ -158,6 +179,10 @@ pub(crate) fn default_env(extra: &[String]) -> Vec<(String, String)> {
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
+    for (k, v) in name_vars(name) {
+        env.retain(|(x, _)| *x != k);
+        env.push((k, v));
+    }
     for e in extra {
         if let Some((k, v)) = e.split_once('=') {
             env.retain(|(x, _)| x != k);
@@ -176,10 +201,12 @@ mod tests {
         let [(a, va), (_, vb)] = names(4_194_304);
         assert_eq!(a, "cclkit-4194304-a");
         assert!(va.len() < 16 && vb.len() < 16, "{va} {vb}");
-        let env = default_env(&[
-            "FOO={ip}:{ifname}".into(),
-            "CCLKIT_TEMPLATE_IP=1.2.3.4".into(),
-        ]);
+        let env = default_env(
+            "my-net",
+            &["FOO={ip}:{ifname}".into(), "CCLKIT_TEMPLATE_IP=1.2.3.4".into()],
+        );
+        assert!(env.contains(&("MY_NET_IP".into(), "{ip}".into())));
+        assert!(env.contains(&("MY_NET_IFNAME".into(), "{ifname}".into())));
         assert!(env.contains(&("FOO".into(), "{ip}:{ifname}".into())));
         assert_eq!(
             env.iter()

@@ -160,9 +160,10 @@ pub(crate) fn two_process(env: &Env) -> Checked {
 
 /// The same across two network namespaces joined by a veth pair (root only).
 pub(crate) fn netns(env: &Env) -> Checked {
+    let name = setup::load_plugin(env)?.name().to_owned();
     step("create two network namespaces and a veth pair");
     let ns = Netns::create()?;
-    let vars = netns::default_env(&env.peer_env);
+    let vars = netns::default_env(&name, &env.peer_env);
     let cmds = [0, 1].map(|rank| {
         let mut c = ns.command(rank, &env.exe, &vars);
         c.args(peer_args(env, rank));
