@@ -200,6 +200,19 @@ impl CudaDevice {
         }
     }
 
+    /// Whether the kernels can read and write `p`: device memory, managed
+    /// memory or pinned host memory, not pageable host memory (always true on
+    /// the emulated device, whose "device memory" is host memory).
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn accessible(&self, p: DevPtr) -> Result<bool, CudaError> {
+        match &*self.inner {
+            Backend::Driver(d) => d.accessible(p),
+            Backend::Emulated(..) => Ok(true),
+        }
+    }
+
     fn max_blocks(&self) -> u32 {
         match &*self.inner {
             Backend::Driver(d) => d.max_blocks,

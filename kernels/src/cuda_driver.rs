@@ -406,6 +406,30 @@ impl Driver {
         })
     }
 
+    /// Whether kernels of this context can access `p`: device or managed memory,
+    /// or pinned/registered host memory (`cuPointerGetAttribute`); pageable host
+    /// memory the driver does not know is not.
+    pub(crate) fn accessible(&self, p: DevPtr) -> Result<bool, CudaError> {
+        self.with("cuPointerGetAttribute", || {
+            let mut kind: c_uint = 0;
+            // SAFETY: MEMORY_TYPE writes one CUmemorytype (a 32-bit enum) into
+            // the local; read as a plain integer, so no value is invalid.
+            let r = unsafe {
+                sys::cuPointerGetAttribute(
+                    (&mut kind as *mut c_uint).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                    p.0,
+                )
+            };
+            if r == CUresult::CUDA_ERROR_INVALID_VALUE {
+                return Ok(false);
+            }
+            check("cuPointerGetAttribute", r)?;
+            // CU_MEMORYTYPE_HOST (pinned), _DEVICE, _UNIFIED.
+            Ok(matches!(kind, 1 | 2 | 4))
+        })
+    }
+
     /// A dma-buf fd covering the allocation that holds `p`, and the offset of
     /// `p` in it (`cuMemGetHandleForAddressRange`, what NCCL passes to
     /// `regMrDmaBuf`).
