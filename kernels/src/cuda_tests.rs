@@ -458,6 +458,18 @@ fn emulated_copy_kernel_any_alignment() {
 fn gpu_device_kernels_match_host_kernels() {
     let dev = CudaDevice::open(0).expect("open CUDA device 0");
     eprintln!("device: {:?}", dev.info());
+    let (d, h, v) = (
+        dev.alloc(64).expect("alloc"),
+        dev.alloc_host(64).expect("pinned"),
+        [0u8; 64],
+    );
+    assert_eq!(dev.accessible(d.ptr()), Ok(true), "device memory");
+    assert_eq!(dev.accessible(h.dev_ptr()), Ok(true), "pinned host memory");
+    assert_eq!(
+        dev.accessible(DevPtr(v.as_ptr() as u64)),
+        Ok(false),
+        "pageable host memory"
+    );
     let lengths = [0, 1, 2, 7, 16, 33, 257, 4099, 65537];
     check_device(&dev, &lengths, 3);
     check_device(&dev, &[(1 << 20) / 8 + 13], 4);
