@@ -305,3 +305,37 @@ fn a_tuner_that_leaks_its_context_fails_the_finalize_check_with_and_without_valg
         );
     }
 }
+
+#[test]
+fn a_call_that_never_returns_fails_its_check_by_timeout_and_the_run_goes_on() {
+    let p = common::Plugins::new();
+    let lib = build(&p, "libhang.so", "cnet.c", &["BUG_BLOCKING_RECV"]);
+    let (code, r) = check(&lib, &["--only", "grouped,sendrecv", "--timeout", "5"]);
+    assert_eq!(code, 1);
+    assert_fails(
+        &r,
+        12,
+        "grouped",
+        &[
+            "did not finish within 5 s",
+            "stuck in: grouped receive of 4 buffers (round 0)",
+        ],
+    );
+    assert_eq!(get(&r, 12, "sendrecv").0, "PASS");
+}
+
+#[test]
+fn a_library_with_a_net_plugin_and_a_tuner_gets_both_suites() {
+    let p = common::Plugins::new();
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../abi/include");
+    let lib = common::s(&p.cc(
+        "libboth.so",
+        &[source("cnet.c"), source("ctuner.c")],
+        &[format!("-I{}", include.display()), "-std=gnu11".to_owned()],
+    ));
+    let (code, r) = check(&lib, &["--only", "symbol,table,init,sendrecv,cost-table"]);
+    assert_eq!(code, 0, "{:?}", failed(&r));
+    assert_eq!(r["exports"]["net"], serde_json::json!([12]));
+    assert_eq!(r["exports"]["tuner"], serde_json::json!([6]));
+    assert_eq!(r["passed"], 8);
+}

@@ -47,6 +47,19 @@ pub struct CheckResult {
     pub seconds: f64,
 }
 
+impl CheckResult {
+    /// One row of the text table: `PASS  net v12   sendrecv             …`.
+    pub fn line(&self) -> String {
+        format!(
+            "{}  {:<9} {:<20} {}",
+            self.status.label(),
+            format!("{} v{}", self.family, self.version),
+            self.check,
+            self.message
+        )
+    }
+}
+
 /// What the library exports (from its ELF dynamic symbols, without loading it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Exports {
@@ -145,21 +158,8 @@ impl Report {
             none(&self.exports.tuner),
             self.seed
         );
-        let width = self
-            .results
-            .iter()
-            .map(|r| r.check.len())
-            .max()
-            .unwrap_or(0);
         for r in &self.results {
-            let tag = format!("{} v{}", r.family, r.version);
-            let _ = writeln!(
-                out,
-                "{}  {tag:<9} {:<width$}  {}",
-                r.status.label(),
-                r.check,
-                r.message
-            );
+            let _ = writeln!(out, "{}", r.line());
         }
         let _ = writeln!(out, "{}", self.summary());
         out
@@ -202,7 +202,7 @@ mod tests {
         let text = r.render();
         assert!(text.contains("exports: net v12 v11 | collnet - | tuner -   (seed 5)"));
         assert!(
-            text.contains("FAIL  net v12   sendrecv  sendrecv message"),
+            text.contains("FAIL  net v12   sendrecv             sendrecv message"),
             "{text}"
         );
         assert!(
