@@ -10,7 +10,6 @@ mod common_rt;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cclkit_abi::raw::common::RedOp;
 use common_rt::colls::{Bufs, Tally, cases, note};
 use common_rt::{Job, Run, builtin_net, emit, join, param, param_u64};
 

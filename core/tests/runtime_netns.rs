@@ -61,8 +61,8 @@ impl Hosts {
         ip(&[
             "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
         ])?;
-        for i in 0..2 {
-            let (ns, dev) = (&hosts.ns[i], &veth[i]);
+        for (i, dev) in veth.iter().enumerate() {
+            let ns = &hosts.ns[i];
             ip(&["link", "set", dev, "netns", ns])?;
             ip(&[
                 "-n",

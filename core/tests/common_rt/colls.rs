@@ -81,7 +81,7 @@ pub fn cases(n: usize, seed: u64, big_bytes: usize, only_tuned: bool) -> Vec<Cas
                     1021,
                     4099,
                     65537,
-                    big_bytes / size(dtype) | 1,
+                    (big_bytes / size(dtype)) | 1,
                 ];
                 out.push(Case {
                     idx: out.len(),

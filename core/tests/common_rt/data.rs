@@ -232,10 +232,10 @@ pub fn check_reduction(
             ),
             _ => (sum, gamma * abs + n as f64 * eta),
         };
-        if !((g - exact).abs() <= bound) {
+        let err = (g - exact).abs();
+        if err.is_nan() || err > bound {
             return Err(format!(
-                "{dt:?} {op:?} n={n} [{i}]: got {g:e}, exact {exact:e}, error {:e} > bound {bound:e}",
-                (g - exact).abs()
+                "{dt:?} {op:?} n={n} [{i}]: got {g:e}, exact {exact:e}, error {err:e} > bound {bound:e}"
             ));
         }
     }
