@@ -11,7 +11,8 @@ use cclkit_kernels::Reduction;
 
 use super::bootstrap::{Bootstrap, BootstrapRoot, UniqueId, random_u64};
 use super::config::Config;
-use super::connect::connect;
+use super::connect::{Placed, connect_placed};
+use super::device::{Device, GdrEnv, Placement};
 use super::error::{Error, Result};
 use super::fifo::net_err;
 use super::protocol::ProtoParams;
@@ -52,6 +53,11 @@ pub struct Comm {
     devices: Vec<NetDevice>,
     p2p_links: Mutex<HashSet<(usize, bool)>>,
     tuning: Tuning,
+    /// Where user buffers live (`CCLKIT_DEVICE`).
+    device: Device,
+    /// The GPU's PCI path, and per NIC where (send, receive) FIFO slots live.
+    gpu_pci: Option<String>,
+    places: Vec<(Placement, Placement)>,
     // Dropped in this order: the engine (closing connections) before the plugin context.
     proxy: Proxy,
     net: NetContext,
@@ -102,6 +108,16 @@ impl Comm {
                 "rank {rank} of {nranks} ranks"
             )));
         }
+        let device = Device::open(config.device).map_err(|e| e.context(format!("rank {rank}")))?;
+        if device.is_cuda() {
+            // Until the proxy runs slices with the device kernels (next change).
+            return Err(Error::invalid_usage(format!(
+                "rank {rank}: --device {}: the proxy's device path is not wired yet",
+                config.device
+            )));
+        }
+        let device_config = Self::config_for_device(config, &device);
+        let config = &device_config;
         let boot = Bootstrap::init(id, rank, nranks, config.bootstrap_timeout)?;
         let registry: &NetRegistry = match config.registry.as_deref() {
             Some(r) => r,
@@ -122,10 +138,12 @@ impl Comm {
             max_coll_bytes: usize::MAX,
             max_recvs: usize::MAX,
         };
+        let mut nic_caps = Vec::with_capacity(selection.devices);
         for d in 0..selection.devices {
             let p = net
                 .properties(d)
                 .map_err(|e| net_err(e, &format!("rank {rank}: getProperties({d})")))?;
+            nic_caps.push((p.ptr_support, p.force_flush));
             limits.max_p2p_bytes = limits.max_p2p_bytes.min(p.max_p2p_bytes);
             limits.max_coll_bytes = limits.max_coll_bytes.min(p.max_coll_bytes);
             limits.max_recvs = limits.max_recvs.min(p.max_recvs.max(1) as usize);
@@ -197,6 +215,8 @@ impl Comm {
         ];
         let tuning =
             Self::tuning_for(config, registry, &net, &peers, &ring, comm_id(id), &devices)?;
+        let gpu_pci = device.gpu_pci_path();
+        let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
         let proxy = Proxy::start(rank)?;
         let comm = Self {
             rank,
@@ -214,6 +234,9 @@ impl Comm {
             devices,
             p2p_links: Mutex::new(HashSet::new()),
             tuning,
+            device,
+            gpu_pci,
+            places,
             proxy,
             net,
         };
@@ -233,6 +256,79 @@ impl Comm {
             );
         }
         Ok(comm)
+    }
+
+    /// The configuration a communicator on `device` runs with: device
+    /// communicators use the Simple protocol only (LL/LL128 are flag protocols
+    /// GPU threads poll; cclkit's proxy decodes them on the host).
+    fn config_for_device(config: &Config, device: &Device) -> Config {
+        let mut c = config.clone();
+        if device.is_cuda() {
+            if c.proto
+                .as_deref()
+                .is_some_and(|p| !p.trim().eq_ignore_ascii_case("simple"))
+            {
+                tracing::warn!(
+                    target: "cclkit::init",
+                    "NCCL_PROTO={} ignored: device communicators run the Simple protocol",
+                    c.proto.as_deref().unwrap_or_default()
+                );
+            }
+            c.proto = Some("Simple".to_owned());
+        }
+        c
+    }
+
+    /// Per NIC, where send and receive FIFO slots live (the GDR decision of
+    /// [`super::device`]); empty on the host.
+    fn placements(
+        device: &Device,
+        devices: &[NetDevice],
+        caps: &[(i32, bool)],
+        config: &Config,
+        rank: usize,
+    ) -> Result<Vec<(Placement, Placement)>> {
+        if !device.is_cuda() {
+            return Ok(Vec::new());
+        }
+        let env = GdrEnv::from_env()?;
+        let mut out = Vec::with_capacity(devices.len());
+        for (d, &(ptr_support, force_flush)) in devices.iter().zip(caps) {
+            let (s, r, dec) = device.plans(d.pci_path.as_deref(), ptr_support, force_flush, &env);
+            if let Some(dec) = dec {
+                tracing::info!(
+                    target: "cclkit::init",
+                    "rank {rank}: {} <-> net '{}': {} (send slots {:?}/{:?}, receive slots {:?}/{:?}{})",
+                    device.describe(),
+                    d.name,
+                    dec.reason,
+                    s.slots,
+                    s.reg,
+                    r.slots,
+                    r.reg,
+                    if r.flush { ", iflush" } else { "" }
+                );
+            }
+            let place = |plan| Placement {
+                device: device.clone(),
+                plan,
+                flush_timeout: config.op_timeout,
+            };
+            out.push((place(s), place(r)));
+        }
+        Ok(out)
+    }
+
+    /// The device and FIFO placements for connecting (`None` on the host).
+    fn placed(&self) -> Option<Placed<'_>> {
+        self.device
+            .is_cuda()
+            .then(|| (self.gpu_pci.as_deref(), self.places.as_slice()))
+    }
+
+    /// Where this communicator's buffers live.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// Loads the tuner (if any) for this communicator and sets up the cost model.
@@ -314,10 +410,11 @@ impl Comm {
                 recvs.push(l(peer, LinkClass::Tree));
             }
         }
-        let (s, r) = connect(
+        let (s, r) = connect_placed(
             &self.boot,
             &self.net,
             &self.devices,
+            self.placed(),
             self.local_rank,
             &sends,
             &recvs,
@@ -347,10 +444,11 @@ impl Comm {
         if sends.is_empty() && recvs.is_empty() {
             return Ok(());
         }
-        let (s, r) = connect(
+        let (s, r) = connect_placed(
             &self.boot,
             &self.net,
             &self.devices,
+            self.placed(),
             self.local_rank,
             &sends,
             &recvs,

@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use super::bootstrap::Bootstrap;
+use super::device::Placement;
 use super::error::{Error, Result};
 use super::fifo::{RecvConn, SendConn, net_err};
 use super::schedule::{Link, LinkClass};
@@ -43,8 +44,28 @@ pub fn connect(
     sends: &[Link],
     recvs: &[Link],
 ) -> Result<Connected> {
+    connect_placed(boot, net, devices, None, local_rank, sends, recvs)
+}
+
+/// Where a device communicator's connections keep their FIFO slots: the GPU's
+/// PCI path (NICs are chosen closest to it) and, per NIC, the (send, receive)
+/// placements ([`super::device`]).
+pub type Placed<'a> = (Option<&'a str>, &'a [(Placement, Placement)]);
+
+/// [`connect`] for a device communicator (`placed`: see [`Placed`]).
+pub fn connect_placed(
+    boot: &Bootstrap,
+    net: &NetContext,
+    devices: &[NetDevice],
+    placed: Option<Placed<'_>>,
+    local_rank: usize,
+    sends: &[Link],
+    recvs: &[Link],
+) -> Result<Connected> {
     let rank = boot.rank();
-    let dev = |l: &Link| select_nic(devices, None, local_rank, l.channel).unwrap_or(0);
+    let gpu = placed.and_then(|(g, _)| g);
+    let dev = |l: &Link| select_nic(devices, gpu, local_rank, l.channel).unwrap_or(0);
+    let place = |l: &Link| placed.and_then(|(_, p)| p.get(dev(l))).cloned();
     // 1. Listen for every receive and publish the handles.
     let mut listening: Vec<(Link, ListenComm)> = Vec::with_capacity(recvs.len());
     for l in recvs {
@@ -80,7 +101,11 @@ pub fn connect(
                 Some(comm) => {
                     let l = *l;
                     connecting.swap_remove(i);
-                    sent.push((l, SendConn::new(comm, label(rank, &l, "to"), rank as i32)));
+                    let mut c = SendConn::new(comm, label(rank, &l, "to"), rank as i32);
+                    if let Some((p, _)) = place(&l) {
+                        c = c.placed(p);
+                    }
+                    sent.push((l, c));
                     moved = true;
                 }
                 None => i += 1,
@@ -97,10 +122,11 @@ pub fn connect(
                     let l = *l;
                     // NCCL closes the listen comm as soon as accept returns a comm.
                     drop(listening.swap_remove(i));
-                    recvd.push((
-                        l,
-                        RecvConn::new(comm, label(rank, &l, "from"), l.peer as i32),
-                    ));
+                    let mut c = RecvConn::new(comm, label(rank, &l, "from"), l.peer as i32);
+                    if let Some((_, p)) = place(&l) {
+                        c = c.placed(p);
+                    }
+                    recvd.push((l, c));
                     moved = true;
                 }
                 None => i += 1,

@@ -263,6 +263,31 @@ impl Device {
         }
     }
 
+    /// Checks that a user buffer suits this device: on a GPU, device, managed
+    /// or pinned host memory its kernels can access (pageable host memory is
+    /// refused before any kernel touches it).
+    ///
+    /// # Errors
+    /// A buffer the device cannot access, or a driver failure.
+    pub fn check_buffer(&self, p: *const u8, len: usize, what: &str) -> Result<()> {
+        match self {
+            Device::Host => Ok(()),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => {
+                if len == 0
+                    || d.accessible(cclkit_kernels::cuda::DevPtr(p as u64))
+                        .map_err(cuda_error)?
+                {
+                    return Ok(());
+                }
+                Err(Error::invalid_usage(format!(
+                    "{what} at {p:p} is not memory the GPU can access: a --device cuda \
+                     communicator needs device, managed or pinned host buffers"
+                )))
+            }
+        }
+    }
+
     /// One line for logs and `cclkit doctor`.
     pub fn describe(&self) -> String {
         match self {

@@ -4,6 +4,7 @@
 //! kernels (`cclkit_kernels::cuda`). Inputs and outputs are device addresses:
 //! user buffers, GPU FIFO slots, or pinned host slots the GPU maps.
 
+use cclkit_abi::raw::common::Protocol;
 use cclkit_kernels::Reduction;
 use cclkit_kernels::cuda::{CudaDevice, DevPtr, DeviceBuffer, Stream};
 
@@ -25,6 +26,9 @@ pub struct SliceIo<'a> {
     /// Bytes of data.
     pub len: usize,
 }
+
+/// Most links of one primitive the proxy hands over (as the proxy's own limit).
+const MAX_LINKS: usize = 8;
 
 /// A communicator's device work queue: one stream, one scratch buffer.
 pub struct DevCompute {
@@ -143,5 +147,54 @@ impl DevCompute {
         self.stream
             .synchronize()
             .map_err(|e| Error::internal(format!("device slice: {e}")))
+    }
+
+    /// The proxy's entry for one slice: addresses as the proxy has them (user
+    /// buffer spans already bounds-checked, FIFO slots with their wire sizes,
+    /// which are data sizes under Simple).
+    ///
+    /// # Safety
+    /// As [`slice`](Self::slice).
+    ///
+    /// # Errors
+    /// A protocol other than Simple, more than 8 links, or a device failure.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn proxy_slice(
+        &mut self,
+        c: Combine,
+        red: &Reduction,
+        proto: Protocol,
+        src: Option<*const u8>,
+        dst: Option<*mut u8>,
+        recvs: &[(*const u8, usize)],
+        sends: &[*mut u8],
+        len: usize,
+    ) -> Result<()> {
+        if proto != Protocol::SIMPLE {
+            return Err(Error::internal(format!(
+                "device communicators run the Simple protocol, not {proto:?}"
+            )));
+        }
+        if recvs.len() > MAX_LINKS || sends.len() > MAX_LINKS {
+            return Err(Error::internal("a device slice with more than 8 links"));
+        }
+        let at = |p: *const u8| DevPtr(p as u64);
+        let mut rv = [DevPtr(0); MAX_LINKS];
+        for (d, (p, _)) in rv.iter_mut().zip(recvs) {
+            *d = at(*p);
+        }
+        let mut sv = [DevPtr(0); MAX_LINKS];
+        for (d, p) in sv.iter_mut().zip(sends) {
+            *d = at(*p);
+        }
+        let io = SliceIo {
+            src: src.map(at),
+            recvs: &rv[..recvs.len()],
+            dst: dst.map(|d| at(d)),
+            sends: &sv[..sends.len()],
+            len,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slice(c, red, io) }
     }
 }
