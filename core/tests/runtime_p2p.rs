@@ -90,7 +90,21 @@ fn exchange() {
             }
         }
 
-        // 4. Self only: two sends to self matched in order by two receives.
+        // 4. AllToAll (grouped p2p inside the runtime), blocks of `size` bytes.
+        if size * n <= all_pairs_limit {
+            let out: Vec<u8> = (0..n)
+                .flat_map(|p| payload(seed, case, 6, me, p, size))
+                .collect();
+            let mut got = vec![0u8; n * size];
+            comm.all_to_all(&out, &mut got)
+                .unwrap_or_else(|e| panic!("{}: {e}", what("all-to-all")));
+            let want: Vec<u8> = (0..n)
+                .flat_map(|p| payload(seed, case, 6, p, me, size))
+                .collect();
+            assert_bytes(&got, &want, &what("all-to-all"));
+        }
+
+        // 5. Self only: two sends to self matched in order by two receives.
         let a = payload(seed, case, 4, me, me, size);
         let b = payload(seed, case, 5, me, me, size / 2 + 1);
         let (mut ga, mut gb) = (vec![0u8; a.len()], vec![0u8; b.len()]);
@@ -174,4 +188,42 @@ fn p2p_packaged_plugin_grouped_receives() {
         .env("CKT_SEED", 300)
         .run();
     run.assert_ok();
+}
+
+#[test]
+fn unmatched_self_send_or_receive_is_an_error() {
+    use std::sync::Arc;
+
+    use cclkit::plugin::LoaderConfig;
+    use cclkit::plugin::select::NetRegistry;
+    use cclkit::runtime::{Config, world};
+
+    let mut config = Config::from_lookup(&|_| None).expect("config");
+    config.registry = Some(Arc::new(NetRegistry::new(LoaderConfig::from_lookup(|k| {
+        (k == "NCCL_NET_PLUGIN").then(|| "none".to_owned())
+    }))));
+    let comm = world::single(&config).expect("one-rank communicator");
+    let mut buf = [7u8; 9];
+    let mut g = comm.group();
+    g.recv(&mut buf, 0);
+    let e = g.run().expect_err("a receive from self with no send");
+    assert!(
+        e.message().contains("0 send(s) to self but 1 receive(s)"),
+        "{e}"
+    );
+    assert_eq!(buf, [7u8; 9], "nothing was written");
+    let mut g = comm.group();
+    g.send(&[1u8; 9], 0);
+    let e = g.run().expect_err("a send to self with no receive");
+    assert!(
+        e.message().contains("1 send(s) to self but 0 receive(s)"),
+        "{e}"
+    );
+    // Matched, the communicator still works.
+    let mut got = [0u8; 9];
+    let mut g = comm.group();
+    g.send(&[3u8; 9], 0).recv(&mut got, 0);
+    g.run().expect("matched self-send");
+    assert_eq!(got, [3u8; 9]);
+    comm.destroy().expect("destroy");
 }

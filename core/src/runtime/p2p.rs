@@ -102,7 +102,15 @@ impl<'a> Group<'a> {
                 other => others.push(other),
             }
         }
-        let pairs = pending_self_sends.len().max(self_recv_bufs.len());
+        // NCCL would hang on an unmatched one; say so instead.
+        if pending_self_sends.len() != self_recv_bufs.len() {
+            return Err(super::error::Error::invalid_usage(format!(
+                "rank {me}: {} send(s) to self but {} receive(s) from self in one group",
+                pending_self_sends.len(),
+                self_recv_bufs.len()
+            )));
+        }
+        let pairs = pending_self_sends.len();
         let mut self_recv_iter = self_recv_bufs.into_iter();
         for k in 0..pairs {
             let s = pending_self_sends.get(k).copied().unwrap_or(&[]);
