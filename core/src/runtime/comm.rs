@@ -476,6 +476,16 @@ impl Comm {
         // blocked in its own send. Each link keeps its operations in order.
         let mut lanes: Vec<(Option<Link>, bool)> = Vec::new();
         for (i, (plan, op)) in plans.into_iter().enumerate() {
+            if self.device.is_cuda() {
+                let b = &op.bufs;
+                self.device
+                    .check_buffer(b.send, b.send_len, "the send buffer")
+                    .and_then(|()| {
+                        self.device
+                            .check_buffer(b.recv, b.recv_len, "the receive buffer")
+                    })
+                    .map_err(|e| e.context(format!("rank {}", self.rank)))?;
+            }
             elem = lcm(elem, op.red.elem_size());
             for (ch, prims) in plan.into_iter().enumerate() {
                 for prim in prims {
