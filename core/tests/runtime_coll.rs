@@ -242,3 +242,69 @@ fn far_value(dt: cclkit_abi::raw::common::DataType) -> Vec<u8> {
         _ => unreachable!("float types only"),
     }
 }
+
+/// The rank program for `split`: two colours ordered by descending rank, rank 4
+/// without colour; each part reduces on its own, then the parent still works.
+fn split_and_reduce() {
+    use cclkit_abi::raw::common::{DataType, RedOp};
+    use common_rt::data::check_reduction;
+    let comm = join();
+    let (me, n) = (comm.rank(), comm.nranks());
+    let color = if me == 4 { -1 } else { (me % 2) as i32 };
+    let sub = comm.split(color, -(me as i32)).expect("split");
+    let Some(sub) = sub else {
+        assert!(color < 0, "rank {me} was left out");
+        emit("sub", serde_json::Value::Null);
+        parent_allreduce(&comm);
+        comm.destroy().expect("destroy");
+        return;
+    };
+    let members: Vec<usize> = (0..n)
+        .rev()
+        .filter(|&r| r != 4 && r % 2 == me % 2)
+        .collect();
+    assert_eq!(sub.nranks(), members.len(), "rank {me}");
+    let pos = members.iter().position(|&r| r == me).expect("member");
+    assert_eq!(sub.rank(), pos, "rank {me}: ordered by key");
+    let input = |r: usize| -> Vec<u8> {
+        (0..1001i64)
+            .flat_map(|i| (i * 7 + r as i64 * 1_000_003).to_le_bytes())
+            .collect()
+    };
+    let mut out = vec![0u8; 1001 * 8];
+    sub.all_reduce(&input(me), &mut out, DataType::INT64, RedOp::SUM)
+        .expect("allreduce in the part");
+    let xs: Vec<Vec<u8>> = members.iter().map(|&r| input(r)).collect();
+    let refs: Vec<&[u8]> = xs.iter().map(Vec::as_slice).collect();
+    check_reduction(DataType::INT64, RedOp::SUM, &refs, 0, &out).expect("part's result");
+    emit("sub", serde_json::json!([sub.rank(), sub.nranks()]));
+    sub.destroy().expect("destroy part");
+    parent_allreduce(&comm);
+    comm.destroy().expect("destroy");
+}
+
+fn parent_allreduce(comm: &cclkit::runtime::Comm) {
+    use cclkit_abi::raw::common::{DataType, RedOp};
+    let mut v = (comm.rank() as u32 + 1).to_le_bytes();
+    comm.all_reduce_in_place(&mut v, DataType::UINT32, RedOp::SUM)
+        .expect("parent allreduce");
+    let n = comm.nranks() as u32;
+    assert_eq!(u32::from_le_bytes(v), n * (n + 1) / 2);
+}
+
+#[test]
+fn split_parts_reduce_independently() {
+    rank!(split_and_reduce);
+    let run = Job::new(test_name!(), 5).envs(builtin_net()).run();
+    run.assert_ok();
+    let want = [
+        serde_json::json!([1, 2]),
+        serde_json::json!([1, 2]),
+        serde_json::json!([0, 2]),
+        serde_json::json!([0, 2]),
+        serde_json::Value::Null,
+    ];
+    for (r, w) in want.iter().enumerate() {
+        assert_eq!(&run.value(r, "sub"), w, "rank {r}");
+    }
+}

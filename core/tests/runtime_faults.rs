@@ -12,13 +12,15 @@ use std::time::{Duration, Instant};
 
 use cclkit::runtime::launch::{self, IdSource};
 use cclkit::runtime::{Comm, Config, world};
-use common_rt::data::{Rng, assert_bytes};
+use cclkit_abi::raw::common::{DataType, RedOp};
+use common_rt::data::{Rng, assert_bytes, check_reduction};
 use common_rt::{Job, Run, builtin_net, emit, join, packaged, param, param_u64, plugin_net};
 
 /// Operation timeout the fault launches run with (seconds).
 const OP_TIMEOUT: u64 = 5;
 
-/// The rank program: ring exchanges until one fails; reports the error and aborts.
+/// The rank program: ring exchanges (or AllReduces, `CKT_MODE=allreduce`) until one
+/// fails; reports the error and aborts.
 /// Rank `CKT_VICTIM` prints `KILL-ME` after a few good rounds (the parent kills it).
 fn until_error() {
     let comm = join();
@@ -27,6 +29,7 @@ fn until_error() {
     let victim = param_u64("VICTIM", u64::MAX);
     let size = param_u64("SIZE", (1 << 20) + 5) as usize;
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let allreduce = param("MODE").as_deref() == Some("allreduce");
     let mut last_ok = Instant::now();
     for round in 0..1_000_000u64 {
         if me as u64 == victim && round == 3 {
@@ -35,9 +38,24 @@ fn until_error() {
         }
         let out = Rng::new(&[round, me as u64]).bytes(size);
         let mut got = vec![0u8; size];
-        let mut g = comm.group();
-        g.send(&out, next).recv(&mut got, prev);
-        match g.run() {
+        let result = if allreduce {
+            comm.all_reduce(&out, &mut got, DataType::UINT8, RedOp::MAX)
+                .map(|_| ())
+        } else {
+            let mut g = comm.group();
+            g.send(&out, next).recv(&mut got, prev);
+            g.run()
+        };
+        match result {
+            Ok(()) if allreduce => {
+                let xs: Vec<Vec<u8>> = (0..n)
+                    .map(|r| Rng::new(&[round, r as u64]).bytes(size))
+                    .collect();
+                let refs: Vec<&[u8]> = xs.iter().map(Vec::as_slice).collect();
+                check_reduction(DataType::UINT8, RedOp::MAX, &refs, 0, &got)
+                    .unwrap_or_else(|e| panic!("allreduce: {e}"));
+                last_ok = Instant::now();
+            }
             Ok(()) => {
                 assert_bytes(&got, &Rng::new(&[round, prev as u64]).bytes(size), "ring");
                 last_ok = Instant::now();
@@ -72,9 +90,15 @@ fn error_of(run: &Run, rank: usize) -> (String, i64) {
 #[test]
 fn killed_rank_mid_exchange_others_fail_within_timeout() {
     rank!(until_error);
-    for (label, net) in [("built-in", builtin_net()), ("plugin", plugin_net())] {
-        let run = Job::new(test_name!(), 3)
+    let launches = [
+        ("built-in p2p", builtin_net(), "p2p", 3),
+        ("plugin p2p", plugin_net(), "p2p", 3),
+        ("built-in allreduce", builtin_net(), "allreduce", 4),
+    ];
+    for (label, net, mode, np) in launches {
+        let run = Job::new(test_name!(), np)
             .envs(net)
+            .env("CKT_MODE", mode)
             .env("CCLKIT_OP_TIMEOUT", OP_TIMEOUT)
             .env("CKT_VICTIM", 1)
             .kill_on(1, "KILL-ME")
@@ -94,7 +118,7 @@ fn killed_rank_mid_exchange_others_fail_within_timeout() {
             "{label}: survivors hung\n{}",
             run.describe()
         );
-        for r in [0, 2] {
+        for r in (0..np).filter(|&r| r != 1) {
             assert_eq!(run.ranks[r].code, Some(0), "{label}\n{}", run.describe());
             let (msg, code) = error_of(&run, r);
             assert!(
