@@ -60,7 +60,7 @@ mod ops;
 #[path = "cuda_tests.rs"]
 mod tests;
 
-pub use device::{CudaDevice, DeviceBuffer, DeviceInfo, Dmabuf, HostBuffer, Stream};
+pub use device::{CudaDevice, DeviceBuffer, DeviceInfo, Dmabuf, HostBuffer, ManagedBuffer, Stream};
 pub use driver::{driver_present, driver_version};
 pub use entries::{BLOCK_THREADS, PTX, entry_names};
 

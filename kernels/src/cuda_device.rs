@@ -171,6 +171,30 @@ impl CudaDevice {
         })
     }
 
+    /// Allocates `bytes` of managed memory: one address valid on the host and
+    /// on the device, pages migrating to whichever touches them (so a host
+    /// program can fill and check buffers the kernels work on).
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn alloc_managed(&self, bytes: usize) -> Result<ManagedBuffer, CudaError> {
+        let ptr = match &*self.inner {
+            Backend::Driver(d) => d.alloc_managed(bytes)?,
+            Backend::Emulated(e, _) => e.alloc(bytes)?,
+        };
+        if bytes > 0 {
+            // SAFETY: a fresh allocation of `bytes` host-addressable bytes.
+            unsafe { std::ptr::write_bytes(ptr.0 as *mut u8, 0, bytes) };
+        }
+        Ok(ManagedBuffer {
+            buf: DeviceBuffer {
+                dev: self.clone(),
+                ptr,
+                len: bytes,
+            },
+        })
+    }
+
     /// A new stream (the order in which work submitted through it runs).
     ///
     /// # Errors
@@ -283,6 +307,55 @@ impl Drop for DeviceBuffer {
         }
     }
 }
+
+/// Managed memory (zeroed), freed on drop. The host reads and writes it as a
+/// byte slice; device work on it must be finished (its stream synchronised)
+/// before the host touches it again.
+pub struct ManagedBuffer {
+    buf: DeviceBuffer,
+}
+
+impl ManagedBuffer {
+    /// Its address (the same on the host and the device).
+    pub fn ptr(&self) -> DevPtr {
+        self.buf.ptr
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.buf.len == 0
+    }
+}
+
+impl std::ops::Deref for ManagedBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        if self.buf.len == 0 {
+            return &[];
+        }
+        // SAFETY: managed memory is host-addressable for its whole length and
+        // initialised (zeroed at allocation); device work on it has finished
+        // before the host looks (the type's contract).
+        unsafe { std::slice::from_raw_parts(self.buf.ptr.0 as *const u8, self.buf.len) }
+    }
+}
+
+impl std::ops::DerefMut for ManagedBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        if self.buf.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `deref`; `&mut self` makes the view exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.ptr.0 as *mut u8, self.buf.len) }
+    }
+}
+
+// The free path is DeviceBuffer's (cuMemFree also frees managed memory).
 
 /// Pinned, device-mapped host memory, freed on drop.
 pub struct HostBuffer {

@@ -324,6 +324,20 @@ impl Driver {
         })
     }
 
+    /// `cuMemAllocManaged(ATTACH_GLOBAL)`: memory both the host and the device
+    /// address (pages migrate on use).
+    pub(crate) fn alloc_managed(&self, bytes: usize) -> Result<DevPtr, CudaError> {
+        self.with("cuMemAllocManaged", || {
+            let mut p: sys::CUdeviceptr = 0;
+            let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
+            // SAFETY: out-pointer to a local.
+            check("cuMemAllocManaged", unsafe {
+                sys::cuMemAllocManaged(&mut p, bytes.max(1), flags)
+            })?;
+            Ok(DevPtr(p))
+        })
+    }
+
     /// `cuMemHostAlloc(PORTABLE | DEVICEMAP)`: pinned host memory the device
     /// reads and writes directly (NCCL's host FIFO buffers without GDR).
     pub(crate) fn alloc_host(&self, bytes: usize) -> Result<(*mut u8, DevPtr), CudaError> {

@@ -453,6 +453,33 @@ fn emulated_copy_kernel_any_alignment() {
     );
 }
 
+/// Managed memory: written and read as host slices, reduced in place by a kernel.
+fn check_managed(dev: &CudaDevice) {
+    let n = 1000;
+    let (mut a, mut b) = (
+        dev.alloc_managed(n * 4).expect("managed"),
+        dev.alloc_managed(n * 4).expect("managed"),
+    );
+    assert!(a.iter().all(|&x| x == 0), "zeroed");
+    for (i, (x, y)) in a.chunks_mut(4).zip(b.chunks_mut(4)).enumerate() {
+        x.copy_from_slice(&(i as f32).to_ne_bytes());
+        y.copy_from_slice(&(0.5f32).to_ne_bytes());
+    }
+    let s = dev.stream().expect("stream");
+    let sum = Reduction::new(DataType::FLOAT32, RedOp::SUM, 1).expect("op");
+    unsafe { s.reduce_raw(&sum, a.ptr(), a.ptr(), b.ptr(), n * 4) }.expect("reduce");
+    s.synchronize().expect("sync");
+    for (i, x) in a.chunks(4).enumerate() {
+        assert_eq!(x, (i as f32 + 0.5).to_ne_bytes(), "element {i}");
+    }
+    assert!(dev.accessible(a.ptr()).expect("attribute"));
+}
+
+#[test]
+fn emulated_managed_buffers() {
+    check_managed(&CudaDevice::emulated());
+}
+
 #[test]
 #[ignore = "needs a GPU (kernels/cuda/gpu-check.sh)"]
 fn gpu_device_kernels_match_host_kernels() {
