@@ -165,6 +165,40 @@ impl Placement {
     }
 }
 
+/// A user buffer for a communicator on some device, used as a byte slice on
+/// the host: plain host memory, or on a CUDA device managed memory (one address
+/// for host and GPU; pages migrate to the GPU when its kernels touch them).
+/// Tools like `cclkit perf` fill and check data through the slice and hand the
+/// same slice to the collectives.
+pub enum UserBuffer {
+    /// Host memory.
+    Host(Vec<u8>),
+    /// CUDA managed memory.
+    #[cfg(feature = "cuda")]
+    Managed(cclkit_kernels::cuda::ManagedBuffer),
+}
+
+impl std::ops::Deref for UserBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            UserBuffer::Host(v) => v,
+            #[cfg(feature = "cuda")]
+            UserBuffer::Managed(m) => m,
+        }
+    }
+}
+
+impl std::ops::DerefMut for UserBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            UserBuffer::Host(v) => v,
+            #[cfg(feature = "cuda")]
+            UserBuffer::Managed(m) => m,
+        }
+    }
+}
+
 /// An opened device.
 #[derive(Clone, Debug)]
 pub enum Device {
@@ -260,6 +294,21 @@ impl Device {
         match self {
             Device::Host => Ok(None),
             Device::Cuda(d) => compute::DevCompute::new(d).map(Some),
+        }
+    }
+
+    /// A zeroed user buffer of `len` bytes on this device (see [`UserBuffer`]).
+    ///
+    /// # Errors
+    /// The allocation failed.
+    pub fn alloc_user(&self, len: usize) -> Result<UserBuffer> {
+        match self {
+            Device::Host => Ok(UserBuffer::Host(vec![0u8; len])),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d
+                .alloc_managed(len)
+                .map(UserBuffer::Managed)
+                .map_err(cuda_error),
         }
     }
 

@@ -65,6 +65,19 @@ fn emulated_device_plans_and_slots() {
     assert_eq!(types, vec![ptr::HOST, ptr::CUDA, ptr::HOST, ptr::CUDA]);
 }
 
+#[test]
+fn user_buffers_are_slices_on_every_device() {
+    for dev in [Device::Host, emulated()] {
+        let mut b = dev.alloc_user(1000).expect("alloc");
+        assert_eq!(b.len(), 1000);
+        assert!(b.iter().all(|&x| x == 0));
+        b[999] = 7;
+        assert_eq!(b[999], 7);
+        assert!(dev.check_buffer(b.as_ptr(), b.len(), "buffer").is_ok());
+        assert!(dev.alloc_user(0).is_ok_and(|b| b.is_empty()));
+    }
+}
+
 /// Host data in, device result out: one `DevCompute::slice` against the host
 /// `combine` for every combine kind, with and without a destination, in place.
 #[test]
