@@ -299,3 +299,58 @@ fn plugin_isend_error_surfaces_with_its_text() {
     );
     eprintln!("rank 1: {msg}\nrank 0 ({took:.2} s): {peer}");
 }
+
+/// The rank program for mismatched sizes: rank 0 sends `CKT_SEND` bytes, rank 1
+/// receives `CKT_RECV`; each reports how its call ended.
+fn mismatched() {
+    let comm = join();
+    let me = comm.rank();
+    let len = param_u64(if me == 0 { "SEND" } else { "RECV" }, 0) as usize;
+    let t = Instant::now();
+    let r = if me == 0 {
+        comm.send(&vec![1u8; len], 1)
+    } else {
+        comm.recv(&mut vec![0u8; len], 0)
+    };
+    emit(
+        "outcome",
+        serde_json::json!({
+            "error": r.as_ref().err().map(|e| e.message().to_owned()),
+            "seconds": t.elapsed().as_secs_f64(),
+        }),
+    );
+    comm.abort();
+}
+
+#[test]
+fn mismatched_send_and_receive_sizes_are_an_error() {
+    rank!(mismatched);
+    for (send, recv) in [(1000, 600), (600, 1000), (3 << 20, (1 << 20) + 5)] {
+        let run = Job::new(test_name!(), 2)
+            .envs(builtin_net())
+            .env("CCLKIT_OP_TIMEOUT", OP_TIMEOUT)
+            .env("CKT_SEND", send)
+            .env("CKT_RECV", recv)
+            .timeout(Duration::from_secs(60))
+            .run();
+        run.assert_ok();
+        let o = run.value(1, "outcome");
+        let msg = o["error"].as_str().unwrap_or_else(|| {
+            panic!(
+                "a {recv}-byte receive of a {send}-byte send succeeded\n{}",
+                run.describe()
+            )
+        });
+        assert!(
+            msg.contains("were expected") && msg.contains("from rank 0"),
+            "send {send}, recv {recv}: {msg}"
+        );
+        // Detected on arrival, not by the timeout.
+        let took = o["seconds"].as_f64().unwrap_or(f64::MAX);
+        assert!(took < OP_TIMEOUT as f64, "took {took} s: {msg}");
+        eprintln!(
+            "send {send}, recv {recv}: {msg} / rank 0: {}",
+            run.value(0, "outcome")
+        );
+    }
+}
