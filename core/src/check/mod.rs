@@ -15,7 +15,9 @@
 //!
 //! | module | job |
 //! | --- | --- |
-//! | [`runner`] | the parent: jobs, workers, timeouts, signals, process groups |
+//! | [`runner`] | the parent: exports, jobs, workers |
+//! | `process` | one child: process group, time limit, exit/signal/timeout → result |
+//! | `valgrind` | the tuner leak check under valgrind |
 //! | [`child`] | the child: protocol lines, watchdog, dispatch |
 //! | [`report`] | results, the text table and the JSON report |
 //! | `load` | one exported version into the loader's host adapters |
@@ -33,11 +35,13 @@ mod load;
 mod net;
 mod netns;
 mod peer;
+mod process;
 mod raw;
 pub mod report;
 mod rng;
 pub mod runner;
 mod tuner;
+mod valgrind;
 
 use std::fmt;
 

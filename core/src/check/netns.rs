@@ -203,7 +203,10 @@ mod tests {
         assert!(va.len() < 16 && vb.len() < 16, "{va} {vb}");
         let env = default_env(
             "my-net",
-            &["FOO={ip}:{ifname}".into(), "CCLKIT_TEMPLATE_IP=1.2.3.4".into()],
+            &[
+                "FOO={ip}:{ifname}".into(),
+                "CCLKIT_TEMPLATE_IP=1.2.3.4".into(),
+            ],
         );
         assert!(env.contains(&("MY_NET_IP".into(), "{ip}".into())));
         assert!(env.contains(&("MY_NET_IFNAME".into(), "{ifname}".into())));

@@ -3,16 +3,17 @@
 //! signals and timeouts into results.
 
 use std::collections::VecDeque;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::child::{RESULT_PREFIX, STEP_PREFIX, WireResult};
+use super::process::{classify, spawn_and_wait};
 use super::report::{CheckResult, Exports, Report, Status};
-use super::{CheckDef, Family, all_checks, netns};
+use super::valgrind::Valgrind;
+use super::{CheckDef, Family, all_checks};
 use crate::elf::ElfInfo;
 use crate::elf::deps::Resolver;
 
@@ -283,26 +284,14 @@ fn child_args(opts: &Options, path: &Path, job: &Job) -> Vec<String> {
 /// Runs one check in a child process and classifies how it ended.
 fn run_job(opts: &Options, path: &Path, job: &Job) -> CheckResult {
     let start = Instant::now();
-    let valgrind =
-        (opts.valgrind && job.check.family == Family::Tuner && job.check.name == "finalize")
-            .then(valgrind_path)
-            .flatten();
-    let log = valgrind.as_ref().and_then(|_| tempfile_path("valgrind"));
-    let mut cmd = match (&valgrind, &log) {
-        (Some(vg), Some(log)) => {
-            let mut c = Command::new(vg);
-            c.args([
-                "--leak-check=full",
-                "--errors-for-leak-kinds=definite",
-                "--show-leak-kinds=definite",
-                "--num-callers=12",
-            ])
-            .arg(format!("--log-file={}", log.display()))
-            .arg(&opts.exe)
-            .env("CCLKIT_CHECK_UNDER_VALGRIND", "1");
-            c
-        }
-        _ => Command::new(&opts.exe),
+    let valgrind = (opts.valgrind
+        && job.check.family == Family::Tuner
+        && job.check.name == super::tuner::VALGRIND_CHECK)
+        .then(Valgrind::find)
+        .flatten();
+    let mut cmd = match &valgrind {
+        Some(vg) => vg.command(&opts.exe),
+        None => Command::new(&opts.exe),
     };
     cmd.args(child_args(opts, path, job))
         .stdin(Stdio::null())
@@ -315,75 +304,7 @@ fn run_job(opts: &Options, path: &Path, job: &Job) -> CheckResult {
         opts.timeout
     };
     let ended = spawn_and_wait(cmd, limit);
-    let mut result = classify(job, ended, limit);
-    if let (Some(log), Status::Pass) = (&log, result.status) {
-        match read_leaks(log) {
-            Ok(note) => result.message.push_str(&note),
-            Err(leak) => {
-                result.status = Status::Fail;
-                result.message = leak;
-            }
-        }
-    }
-    if let Some(log) = log {
-        let _ = std::fs::remove_file(log);
-    }
-    result.seconds = start.elapsed().as_secs_f64();
-    result
-}
-
-/// How a child ended.
-enum Ended {
-    /// It exited (normally or by a signal) with this output.
-    Exited(Output),
-    /// It was still running at the limit: killed; its partial output.
-    TimedOut { pid: u32, output: Option<Output> },
-    /// It could not be started.
-    NotStarted(String),
-}
-
-/// Spawns `cmd` in its own process group, waits up to `limit`, then kills the group.
-fn spawn_and_wait(mut cmd: Command, limit: Duration) -> Ended {
-    let child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return Ended::NotStarted(e.to_string()),
-    };
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let ended = match rx.recv_timeout(limit) {
-        Ok(Ok(out)) => Ended::Exited(out),
-        Ok(Err(e)) => Ended::NotStarted(e.to_string()),
-        Err(_) => {
-            kill_group(pid);
-            let output = rx
-                .recv_timeout(Duration::from_secs(10))
-                .ok()
-                .and_then(Result::ok);
-            Ended::TimedOut { pid, output }
-        }
-    };
-    // Peers a child left behind (it should not) go with their group.
-    kill_group(pid);
-    if let Ended::TimedOut { pid, .. } = &ended {
-        netns::cleanup_for(*pid);
-    }
-    ended
-}
-
-fn kill_group(pid: u32) {
-    if let Ok(pgid) = i32::try_from(pid) {
-        // SAFETY: kill(2) on the process group we created for this child (its pgid is
-        // its pid); ESRCH when it is already gone is harmless.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    }
-}
-
-/// Turns a child's end into a result.
-fn classify(job: &Job, ended: Ended, limit: Duration) -> CheckResult {
-    let mut r = CheckResult {
+    let named = CheckResult {
         family: job.check.family,
         version: job.version,
         check: job.check.name.to_owned(),
@@ -391,192 +312,12 @@ fn classify(job: &Job, ended: Ended, limit: Duration) -> CheckResult {
         message: String::new(),
         seconds: 0.0,
     };
-    let (output, what) = match ended {
-        Ended::NotStarted(e) => {
-            r.message = format!("could not start the check process: {e}");
-            return r;
-        }
-        Ended::TimedOut { output, .. } => {
-            let secs = limit.as_secs();
-            (output, format!("timed out after {secs} s (killed)"))
-        }
-        Ended::Exited(out) => {
-            let what = exit_text(&out);
-            (Some(out), what)
-        }
-    };
-    let stdout = output
-        .as_ref()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let stderr = output
-        .as_ref()
-        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
-        .unwrap_or_default();
-    let step = stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(STEP_PREFIX))
-        .map(str::to_owned);
-    let result = stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(RESULT_PREFIX))
-        .and_then(|j| serde_json::from_str::<WireResult>(j).ok());
-    let clean_exit = output.as_ref().is_some_and(|o| o.status.success());
-    match result {
-        Some(w) if clean_exit => {
-            r.status = w.status;
-            r.message = w.message;
-        }
-        Some(w) => {
-            r.status = Status::Fail;
-            r.message = format!(
-                "{}; then the process {what} while exiting (a library destructor, atexit \
-                 handler or leftover thread of the plugin){}",
-                w.message,
-                tail(&stderr)
-            );
-        }
-        None => {
-            let at = step.map_or_else(String::new, |s| format!(" during: {s}"));
-            r.message = format!("the check process {what}{at}{}", tail(&stderr));
-        }
+    let mut result = classify(named, ended, limit);
+    if let Some(vg) = &valgrind {
+        vg.judge(&mut result);
     }
-    r
-}
-
-/// "was killed by SIGSEGV (signal 11)" / "exited with code 3".
-fn exit_text(out: &Output) -> String {
-    if let Some(sig) = out.status.signal() {
-        format!("was killed by {} (signal {sig})", signal_name(sig))
-    } else {
-        match out.status.code() {
-            Some(0) => "exited without a result".to_owned(),
-            Some(c) => format!("exited with code {c}"),
-            None => "ended".to_owned(),
-        }
-    }
-}
-
-/// The usual name of a signal number.
-pub(crate) fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGSYS => "SIGSYS",
-        _ => "a signal",
-    }
-}
-
-/// The last lines the child wrote to stderr (plugin WARNs, panics), for crash reports.
-fn tail(stderr: &str) -> String {
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    if lines.is_empty() {
-        return String::new();
-    }
-    let last: Vec<String> = lines[lines.len().saturating_sub(4)..]
-        .iter()
-        .map(|l| {
-            let l = l.trim();
-            match l.char_indices().nth(240) {
-                Some((cut, _)) => format!("{}…", &l[..cut]),
-                None => l.to_owned(),
-            }
-        })
-        .collect();
-    format!("; stderr: {}", last.join(" | "))
-}
-
-fn valgrind_path() -> Option<PathBuf> {
-    if std::env::var_os("CCLKIT_CHECK_NO_VALGRIND").is_some() {
-        return None;
-    }
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("valgrind"))
-            .find(|f| f.is_file())
-    })
-}
-
-/// A fresh path in the temporary directory.
-fn tempfile_path(what: &str) -> Option<PathBuf> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    Some(std::env::temp_dir().join(format!(
-        "cclkit-check-{what}-{}-{n}.log",
-        std::process::id()
-    )))
-}
-
-/// Reads a valgrind log of the tuner `finalize` check: a loss record with at least
-/// as many blocks as init/finalize cycles is a per-cycle leak (`Err`, a failure
-/// message); smaller records are one-time allocations (`Ok`, a note).
-fn read_leaks(log: &Path) -> Result<String, String> {
-    let Ok(text) = std::fs::read_to_string(log) else {
-        return Ok("; valgrind wrote no log".into());
-    };
-    // "==pid== N bytes in M blocks are definitely lost in loss record …", then the
-    // stack ("==pid==    at …" / "by …") up to an empty "==pid==" line.
-    let bodies: Vec<&str> = text
-        .lines()
-        .map(|l| l.split_once("== ").map_or("", |(_, b)| b).trim())
-        .collect();
-    let mut once = Vec::new();
-    for (at, b) in bodies.iter().enumerate() {
-        let Some((head, _)) = b.split_once(" are definitely lost") else {
-            continue;
-        };
-        let blocks: usize = head
-            .split_whitespace()
-            .rev()
-            .nth(1)
-            .and_then(|n| n.replace(',', "").parse().ok())
-            .unwrap_or(0);
-        let frames: Vec<&str> = bodies[at + 1..]
-            .iter()
-            .take_while(|f| !f.is_empty())
-            .filter(|f| {
-                ![
-                    "vg_replace",
-                    "malloc (",
-                    "library/alloc",
-                    "library/std",
-                    "library/core",
-                ]
-                .iter()
-                .any(|skip| f.contains(skip))
-            })
-            .take(3)
-            .copied()
-            .collect();
-        let what = format!("{head}, allocated at {}", frames.join(" <- "));
-        if blocks >= super::tuner::VALGRIND_CYCLES {
-            return Err(format!(
-                "finalize does not free what init allocated: valgrind, after {} init/finalize \
-                 cycles: {what}",
-                super::tuner::VALGRIND_CYCLES
-            ));
-        }
-        once.push(what);
-    }
-    Ok(if once.is_empty() {
-        "; valgrind: no definite leaks".into()
-    } else {
-        format!(
-            "; valgrind: no per-cycle leak ({} one-time: {})",
-            once.len(),
-            once.join("; ")
-        )
-    })
+    result.seconds = start.elapsed().as_secs_f64();
+    result
 }
 
 #[cfg(test)]
@@ -636,13 +377,5 @@ mod tests {
         opts.only.clear();
         opts.version = Some(9);
         assert!(plan(&opts, &exports).unwrap_err().contains("--version 9"));
-    }
-
-    #[test]
-    fn signals_have_names_and_stderr_is_cut() {
-        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
-        let t = tail("a\n\nb\nc\nd\ne\n");
-        assert_eq!(t, "; stderr: b | c | d | e");
-        assert_eq!(tail(""), "");
     }
 }

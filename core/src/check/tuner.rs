@@ -75,6 +75,9 @@ const fn def(name: &'static str, about: &'static str, run: fn(&Env) -> Checked) 
     }
 }
 
+/// The check the parent runs under valgrind.
+pub(crate) const VALGRIND_CHECK: &str = "finalize";
+
 /// init/finalize cycles of the `finalize` check under valgrind (the parent counts a
 /// loss record with this many blocks as a per-cycle leak).
 pub(crate) const VALGRIND_CYCLES: usize = 20;
