@@ -106,14 +106,9 @@ fn read_leaks(text: &str) -> Result<String, String> {
             .iter()
             .take_while(|f| !f.is_empty())
             .filter(|f| {
-                ![
-                    "vgpreload",
-                    "library/alloc",
-                    "library/std",
-                    "library/core",
-                ]
-                .iter()
-                .any(|skip| f.contains(skip))
+                !["vgpreload", "library/alloc", "library/std", "library/core"]
+                    .iter()
+                    .any(|skip| f.contains(skip))
             })
             .take(3)
             .copied()
