@@ -4,6 +4,7 @@
 use cclkit_abi::raw::common::{DataType, RedOp};
 
 use crate::runtime::Comm;
+use crate::runtime::device::UserBuffer;
 use crate::runtime::error::Result;
 use crate::runtime::tune::Decision;
 
@@ -174,9 +175,9 @@ pub struct Case {
 /// borrows are disjoint).
 pub struct Slot {
     /// Send buffer.
-    pub send: Vec<u8>,
+    pub send: UserBuffer,
     /// Receive buffer (also the in-place buffer).
-    pub recv: Vec<u8>,
+    pub recv: UserBuffer,
 }
 
 /// Runs one iteration: `slots.len()` operations of `case` as one group; returns the

@@ -85,6 +85,11 @@ pub struct PerfArgs {
     /// Run this many local ranks (ignored under a launcher such as mpirun or srun).
     #[arg(long = "np", default_value_t = 1)]
     pub np: usize,
+    /// Where buffers live and reductions run: `host` (default), `cuda` or `cuda:N`
+    /// (CUDA managed memory, device kernels; see docs/cuda.md). Overrides
+    /// CCLKIT_DEVICE; CCLKIT_CUDA_EMULATE=1 runs the emulated GPU.
+    #[arg(long = "device", value_name = "DEVICE")]
+    pub device: Option<String>,
     /// Write a JSON report to PATH (`-` or no value: JSON on stdout instead of the table).
     #[arg(short = 'J', long = "json", value_name = "PATH", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -215,6 +220,10 @@ fn join(a: &PerfArgs) -> Result<Comm> {
     if let Some(t) = a.timeout.filter(|t| *t > 0.0 && t.is_finite()) {
         config.op_timeout = Duration::from_secs_f64(t);
     }
+    if let Some(d) = &a.device {
+        let emulated = std::env::var("CCLKIT_CUDA_EMULATE").is_ok_and(|v| v.trim() == "1");
+        config.device = crate::runtime::device::DeviceKind::parse(d, emulated)?;
+    }
     match world::init_from_env(&config)? {
         Some(c) => Ok(c),
         None => world::single(&config),
@@ -288,12 +297,15 @@ fn bench(comm: &Comm, a: &PerfArgs, plan: &Plan) -> Result<u64> {
         })
         .max()
         .unwrap_or(0);
+    // On a CUDA communicator: managed memory, filled and checked on the host.
     let mut slots: Vec<Slot> = (0..a.agg_iters)
-        .map(|_| Slot {
-            send: vec![0u8; max_bytes],
-            recv: vec![0u8; max_bytes],
+        .map(|_| {
+            Ok(Slot {
+                send: comm.device().alloc_user(max_bytes)?,
+                recv: comm.device().alloc_user(max_bytes)?,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let force = if a.progress {
         Some(true)
     } else if a.no_progress {
