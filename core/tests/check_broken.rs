@@ -166,7 +166,7 @@ fn a_blocking_connect_fails_the_connect_check() {
         12,
         "connect",
         &[
-            "connect call 1 did not return within 3 s while the peer had not called accept yet",
+            "connect call 1 did not return within 5 s while the peer had not called accept yet",
             "connect must be non-blocking",
         ],
     );

@@ -26,6 +26,12 @@ pub(crate) const STEP_PREFIX: &str = "@cclkit-check step ";
 /// Prefix of the result line.
 pub(crate) const RESULT_PREFIX: &str = "@cclkit-check result ";
 
+/// The text after `prefix` in a protocol line. Searched anywhere in the line, since a
+/// plugin may have printed to stdout without a newline just before it.
+pub(crate) fn after<'a>(line: &'a str, prefix: &str) -> Option<&'a str> {
+    line.find(prefix).map(|i| &line[i + prefix.len()..])
+}
+
 /// The result line's payload.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct WireResult {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use cclkit_abi::raw::net::NCCL_NET_HANDLE_MAXSIZE;
 
-use super::child::{Env, RESULT_PREFIX, line, step, within};
+use super::child::{Env, RESULT_PREFIX, after, line, step, within};
 use super::net::setup::{self, CALL_LIMIT, Flow, OP_LIMIT, blocked, buffer};
 use super::rng::Rng;
 use super::{Checked, Stop, fail};
@@ -258,10 +258,10 @@ impl Peer {
                     );
                 }
             };
-            if let Some(r) = l.strip_prefix(RESULT_PREFIX) {
+            if let Some(r) = after(&l, RESULT_PREFIX) {
                 return fail!("peer {}: {r}", self.rank);
             }
-            if let Some(body) = l.strip_prefix(PEER_PREFIX) {
+            if let Some(body) = after(&l, PEER_PREFIX) {
                 let (verb, rest) = body.split_once(' ').unwrap_or((body, ""));
                 match verb {
                     "fail" => return fail!("peer {}: {rest}", self.rank),

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::child::{RESULT_PREFIX, STEP_PREFIX, WireResult};
+use super::child::{RESULT_PREFIX, STEP_PREFIX, WireResult, after};
 use super::netns;
 use super::report::{CheckResult, Status};
 
@@ -87,12 +87,12 @@ pub(crate) fn classify(mut r: CheckResult, ended: Ended, limit: Duration) -> Che
     let step = stdout
         .lines()
         .rev()
-        .find_map(|l| l.strip_prefix(STEP_PREFIX))
+        .find_map(|l| after(l, STEP_PREFIX))
         .map(str::to_owned);
     let result = stdout
         .lines()
         .rev()
-        .find_map(|l| l.strip_prefix(RESULT_PREFIX))
+        .find_map(|l| after(l, RESULT_PREFIX))
         .and_then(|j| serde_json::from_str::<WireResult>(j).ok());
     let clean_exit = output.as_ref().is_some_and(|o| o.status.success());
     match result {

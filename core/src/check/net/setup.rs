@@ -15,7 +15,7 @@ use crate::plugin::net::{
 };
 
 /// Longest a single non-blocking call (connect, accept, close) may take.
-pub(crate) const CALL_LIMIT: Duration = Duration::from_secs(3);
+pub(crate) const CALL_LIMIT: Duration = Duration::from_secs(5);
 /// Longest a transfer, a connection or a retried post may take.
 pub(crate) const OP_LIMIT: Duration = Duration::from_secs(8);
 
