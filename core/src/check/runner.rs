@@ -45,7 +45,7 @@ pub struct Options {
 
 impl Options {
     /// Defaults for `library`: every version and check, 20 s per check, one job per
-    /// CPU, a fresh seed, this program as the child executable.
+    /// CPU (at most 8), a fresh seed, this program as the child executable.
     pub fn new(library: impl Into<String>) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find cclkit itself: {e}"))?;
         Ok(Self {
@@ -53,7 +53,9 @@ impl Options {
             version: None,
             only: Vec::new(),
             timeout: Duration::from_secs(20),
-            jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            // Each check may start peers and sockets of its own: a few at a time is
+            // plenty, even on a large machine.
+            jobs: std::thread::available_parallelism().map_or(2, |n| n.get().min(8)),
             require_devices: false,
             seed: super::rng::fresh_seed(),
             peer_env: Vec::new(),

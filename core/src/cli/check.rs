@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::check::{self, CheckResult, Event, Options};
+use crate::check::{self, Event, Options};
 
 /// Arguments of `cclkit check`.
 #[derive(Debug, clap::Args)]
@@ -21,7 +21,7 @@ pub struct CheckArgs {
     /// Seconds each check may run before it is killed and fails.
     #[arg(long, default_value_t = 20)]
     pub timeout: u64,
-    /// Checks run at the same time (default: one per CPU).
+    /// Checks run at the same time (default: one per CPU, at most 8).
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Run only these checks (`sendrecv`, `net.sendrecv`, comma-separated or repeated).
@@ -83,6 +83,10 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     if let Some(s) = args.seed {
         opts.seed = s;
     }
+    if let Some(bad) = args.peer_env.iter().find(|e| !e.contains('=')) {
+        eprintln!("cclkit check: --peer-env {bad}: expected KEY=VALUE");
+        return ExitCode::from(2);
+    }
     opts.peer_env = args.peer_env.clone();
     opts.valgrind = !args.no_valgrind;
     let json = args.json;
@@ -108,7 +112,7 @@ pub fn run(args: &CheckArgs) -> ExitCode {
                 list(&exports.tuner)
             );
         }
-        Event::Result(r) => println!("{}", row(r)),
+        Event::Result(r) => println!("{}", r.line()),
     };
     let report = match check::run(&opts, &mut show) {
         Ok(r) => r,
@@ -130,17 +134,6 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
-}
-
-/// One line of the table: `PASS  net v12   sendrecv             …`.
-pub fn row(r: &CheckResult) -> String {
-    format!(
-        "{}  {:<9} {:<20} {}",
-        r.status.label(),
-        format!("{} v{}", r.family, r.version),
-        r.check,
-        r.message
-    )
 }
 
 /// The hidden child and peer modes.
