@@ -323,7 +323,7 @@ impl Comm {
     fn placed(&self) -> Option<Placed<'_>> {
         self.device
             .is_cuda()
-            .then(|| (self.gpu_pci.as_deref(), self.places.as_slice()))
+            .then_some((self.gpu_pci.as_deref(), self.places.as_slice()))
     }
 
     /// Where this communicator's buffers live.

@@ -24,6 +24,40 @@ pub mod mem;
 
 #[cfg(feature = "cuda")]
 pub mod compute;
+/// Without the `cuda` feature there is no device work queue: the type has no
+/// values, so the proxy's device branch compiles and never runs.
+#[cfg(not(feature = "cuda"))]
+pub mod compute {
+    use cclkit_abi::raw::common::Protocol;
+    use cclkit_kernels::Reduction;
+
+    use crate::runtime::error::Result;
+    use crate::runtime::schedule::Combine;
+
+    /// Uninhabited without the `cuda` feature.
+    pub enum DevCompute {}
+
+    impl DevCompute {
+        /// Never called (no value exists).
+        ///
+        /// # Safety
+        /// None needed: unreachable.
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn proxy_slice(
+            &mut self,
+            _c: Combine,
+            _red: &Reduction,
+            _proto: Protocol,
+            _src: Option<*const u8>,
+            _dst: Option<*mut u8>,
+            _recvs: &[(*const u8, usize)],
+            _sends: &[*mut u8],
+            _len: usize,
+        ) -> Result<()> {
+            match *self {}
+        }
+    }
+}
 #[cfg(test)]
 mod tests;
 
@@ -247,6 +281,7 @@ impl Device {
 
     /// The memory plans (send, receive) for connections through a NIC whose
     /// plugin reports `ptr_support` and `force_flush`, at `nic_pci`.
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
     pub fn plans(
         &self,
         nic_pci: Option<&str>,
@@ -274,6 +309,7 @@ impl Device {
     ///
     /// # Errors
     /// Not a CUDA device, or the export failed.
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
     pub fn dmabuf(&self, p: *mut u8) -> Result<(OwnedFd, u64)> {
         match self {
             Device::Host => Err(Error::invalid_usage("dma-buf export needs a CUDA device")),
@@ -289,10 +325,10 @@ impl Device {
     ///
     /// # Errors
     /// The driver could not create a stream.
-    #[cfg(feature = "cuda")]
     pub fn compute(&self) -> Result<Option<compute::DevCompute>> {
         match self {
             Device::Host => Ok(None),
+            #[cfg(feature = "cuda")]
             Device::Cuda(d) => compute::DevCompute::new(d).map(Some),
         }
     }
@@ -318,6 +354,7 @@ impl Device {
     ///
     /// # Errors
     /// A buffer the device cannot access, or a driver failure.
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
     pub fn check_buffer(&self, p: *const u8, len: usize, what: &str) -> Result<()> {
         match self {
             Device::Host => Ok(()),
