@@ -103,6 +103,14 @@ impl CudaDevice {
     /// The emulated device, emulating at most `max_threads` threads per
     /// launch (tests vary it to exercise the grid-stride loops).
     pub fn emulated_with_threads(max_threads: u64) -> Self {
+        Self::emulated_with(max_threads, false)
+    }
+
+    /// The emulated device; with `dmabuf`, it claims dma-buf support and
+    /// [`dmabuf`](Self::dmabuf) hands out an fd of `/dev/null` (offset 0), so
+    /// the `regMrDmaBuf` path can be exercised with a plugin that only checks
+    /// the fd. Such an fd maps nothing: a real plugin must not be given it.
+    pub fn emulated_with(max_threads: u64, dmabuf: bool) -> Self {
         let info = DeviceInfo {
             ordinal: 0,
             name: "cclkit emulated device (host CPU)".to_owned(),
@@ -110,7 +118,7 @@ impl CudaDevice {
             compute_capability: (0, 0),
             sm_count: 1,
             total_mem: 0,
-            dmabuf_supported: false,
+            dmabuf_supported: dmabuf,
             emulated: true,
         };
         Self {
@@ -218,6 +226,12 @@ impl CudaDevice {
     pub fn dmabuf(&self, p: DevPtr) -> Result<Dmabuf, CudaError> {
         match &*self.inner {
             Backend::Driver(d) => d.dmabuf(p).map(|(fd, offset)| Dmabuf { fd, offset }),
+            Backend::Emulated(_, info) if info.dmabuf_supported => std::fs::File::open("/dev/null")
+                .map(|f| Dmabuf {
+                    fd: f.into(),
+                    offset: 0,
+                })
+                .map_err(|e| CudaError::Unsupported(format!("emulated dma-buf: /dev/null: {e}"))),
             Backend::Emulated(..) => Err(CudaError::Unsupported(
                 "the emulated device has no dma-buf export".to_owned(),
             )),

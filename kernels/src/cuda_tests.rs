@@ -164,6 +164,12 @@ fn arguments_are_checked_before_anything_runs() {
     let mut small = dev.alloc(4).expect("alloc");
     assert!(s.upload(&mut small, 2, &[0u8; 4]).is_err(), "out of range");
     assert!(dev.dmabuf(p).is_err(), "the emulator exports no dma-buf");
+    let fake = CudaDevice::emulated_with(8, true);
+    assert!(fake.info().dmabuf_supported);
+    assert!(
+        fake.dmabuf(p).is_ok_and(|d| d.offset == 0),
+        "a /dev/null fd on request"
+    );
 }
 
 /// xorshift64*: deterministic test data without a dependency.
