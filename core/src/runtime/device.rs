@@ -11,7 +11,7 @@
 //! proxy decodes them on the host).
 //!
 //! Without an NVIDIA driver, opening a CUDA device fails with "no CUDA driver:
-//! libcuda.so.1 not found …". `CCLKIT_CUDA_EMULATE=1` opens the emulated device
+//! libcuda.so.1 not found …". `CCLKIT_CUDA_EMULATE=1` (or `dmabuf`) opens the emulated device
 //! instead (the same kernel source run on the CPU over host memory), which
 //! exercises this whole path without a GPU.
 
@@ -64,6 +64,12 @@ mod tests;
 pub use gdr::{GdrDecision, GdrEnv, decide, need_flush, pci_sysfs_path};
 pub use mem::{ConnPlan, RegKind, SlotKind, SlotMem};
 
+/// Whether `CCLKIT_CUDA_EMULATE` asks for the emulated GPU (`1`, or `dmabuf`:
+/// the emulated GPU also "exports" dma-bufs, see `CudaDevice::emulated_with`).
+pub fn emulate_requested(get: &dyn Fn(&str) -> Option<String>) -> bool {
+    get("CCLKIT_CUDA_EMULATE").is_some_and(|v| matches!(v.trim(), "1" | "dmabuf"))
+}
+
 /// Which device a communicator uses, as configured.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum DeviceKind {
@@ -107,8 +113,9 @@ impl DeviceKind {
     /// # Errors
     /// An invalid `CCLKIT_DEVICE`.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
-        let emulated = get("CCLKIT_CUDA_EMULATE").is_some_and(|v| v.trim() == "1");
-        get("CCLKIT_DEVICE").map_or(Ok(DeviceKind::Host), |v| Self::parse(&v, emulated))
+        get("CCLKIT_DEVICE").map_or(Ok(DeviceKind::Host), |v| {
+            Self::parse(&v, emulate_requested(get))
+        })
     }
 
     /// Whether this is a CUDA device.
@@ -411,7 +418,10 @@ fn open_cuda(ordinal: usize, emulated: bool) -> Result<Device> {
         return Ok(Device::Cuda(d.clone()));
     }
     let d = if emulated {
-        CudaDevice::emulated()
+        // `dmabuf`: the emulator also "exports" dma-bufs (a /dev/null fd), so a
+        // test plugin can see the regMrDmaBuf path.
+        let dmabuf = std::env::var("CCLKIT_CUDA_EMULATE").is_ok_and(|v| v.trim() == "dmabuf");
+        CudaDevice::emulated_with(4096, dmabuf)
     } else {
         CudaDevice::open(ordinal).map_err(cuda_error)?
     };

@@ -221,8 +221,9 @@ fn join(a: &PerfArgs) -> Result<Comm> {
         config.op_timeout = Duration::from_secs_f64(t);
     }
     if let Some(d) = &a.device {
-        let emulated = std::env::var("CCLKIT_CUDA_EMULATE").is_ok_and(|v| v.trim() == "1");
-        config.device = crate::runtime::device::DeviceKind::parse(d, emulated)?;
+        use crate::runtime::device::{DeviceKind, emulate_requested};
+        let emulated = emulate_requested(&|k| std::env::var(k).ok());
+        config.device = DeviceKind::parse(d, emulated)?;
     }
     match world::init_from_env(&config)? {
         Some(c) => Ok(c),
