@@ -13,7 +13,7 @@ use cclkit_abi::raw::common::{Algorithm, DataType, Func, RedOp};
 use super::comm::Comm;
 use super::error::{Error, Result};
 use super::proxy::{OpRef, UserBufs};
-use super::schedule::{self, Cut, Plan};
+use super::schedule::{self, Buffer, Combine, Cut, Link, LinkClass, Plan, Prim, Span};
 use super::tune::Decision;
 
 /// One collective of a group.
@@ -302,17 +302,19 @@ impl<'c, 'b> CollGroup<'c, 'b> {
         }
         let comm = self.comm;
         let n = comm.nranks();
-        let shape = comm.shape().clone();
+        let shape = comm.shape();
         let mut decisions = Vec::with_capacity(self.ops.len());
         // Runs of consecutive ops with one protocol (and kind) become one batch.
         let mut pending: Vec<(Plan, OpRef)> = Vec::new();
         let mut pending_key = None;
         for d in &self.ops {
+            // A second part of the same operation, run right after it (same channel).
+            let mut extra: Option<(Plan, cclkit_kernels::Reduction)> = None;
             let red = comm.reduction(d.dtype, d.op)?;
             let e = red.elem_size();
             let p2p = matches!(d.func, Func::ALL_TO_ALL | Func::GATHER | Func::SCATTER);
             let (plan, dec) = if p2p {
-                let ops = schedule::p2p_collective(&shape, d.func, d.bytes, d.root)?;
+                let ops = schedule::p2p_collective(shape, d.func, d.bytes, d.root)?;
                 let peers = |send: bool| -> Vec<usize> {
                     ops.iter()
                         .filter_map(|o| match (o, send) {
@@ -330,7 +332,7 @@ impl<'c, 'b> CollGroup<'c, 'b> {
                     chunk: 0,
                     source: super::tune::Source::Model,
                 };
-                (vec![schedule::p2p(&shape, &ops, 0)?], dec)
+                (vec![schedule::p2p(shape, &ops, 0)?], dec)
             } else {
                 let tuned = match d.func {
                     Func::ALL_GATHER | Func::REDUCE_SCATTER => d.bytes * n,
@@ -346,16 +348,27 @@ impl<'c, 'b> CollGroup<'c, 'b> {
                     elem: e,
                 };
                 let plan = match (d.func, dec.algo) {
+                    (Func::ALL_REDUCE, Algorithm::PAT) => {
+                        let (first, rest, peers) = rd_all_reduce(shape.rank, n, d.bytes);
+                        comm.ensure_p2p(&peers, &peers)?;
+                        // Rounds after the first fold partial results, which must not
+                        // get the pre-op (avg's 1/n scaling) again.
+                        let plain = if red.has_pre_op() {
+                            comm.reduction(d.dtype, RedOp::SUM)?
+                        } else {
+                            red
+                        };
+                        extra = Some((vec![rest], plain));
+                        vec![first]
+                    }
                     (Func::ALL_REDUCE, Algorithm::TREE) => {
-                        schedule::tree_all_reduce(&shape, d.bytes, cut)
+                        schedule::tree_all_reduce(shape, d.bytes, cut)
                     }
-                    (Func::ALL_REDUCE, _) => schedule::ring_all_reduce(&shape, d.bytes, cut),
-                    (Func::BROADCAST, _) => schedule::ring_broadcast(&shape, d.bytes, d.root, cut)?,
-                    (Func::REDUCE, _) => schedule::ring_reduce(&shape, d.bytes, d.root, cut)?,
-                    (Func::ALL_GATHER, _) => schedule::ring_all_gather(&shape, d.bytes, cut),
-                    (Func::REDUCE_SCATTER, _) => {
-                        schedule::ring_reduce_scatter(&shape, d.bytes, cut)
-                    }
+                    (Func::ALL_REDUCE, _) => schedule::ring_all_reduce(shape, d.bytes, cut),
+                    (Func::BROADCAST, _) => schedule::ring_broadcast(shape, d.bytes, d.root, cut)?,
+                    (Func::REDUCE, _) => schedule::ring_reduce(shape, d.bytes, d.root, cut)?,
+                    (Func::ALL_GATHER, _) => schedule::ring_all_gather(shape, d.bytes, cut),
+                    (Func::REDUCE_SCATTER, _) => schedule::ring_reduce_scatter(shape, d.bytes, cut),
                     (f, _) => {
                         return Err(Error::invalid_argument(format!(
                             "{f:?} is not a collective"
@@ -371,12 +384,129 @@ impl<'c, 'b> CollGroup<'c, 'b> {
             }
             pending_key = Some(key);
             pending.push((plan, OpRef { bufs: d.bufs, red }));
+            if let Some((plan, red)) = extra.take() {
+                pending.push((plan, OpRef { bufs: d.bufs, red }));
+            }
             decisions.push(dec);
         }
         if let Some((proto, p2p)) = pending_key {
             comm.run(pending, proto, p2p)?;
         }
         Ok(decisions)
+    }
+}
+
+/// Recursive-doubling AllReduce on channel 0's point-to-point links: `log2 p` rounds
+/// of exchanging the whole partial result with the rank `2^k` away, among the
+/// largest power of two `p ≤ n`; each rank `p + i` first hands its input to rank
+/// `i` and gets the result back at the end. Each round computes `mine ⊕ theirs` on
+/// one side and `theirs ⊕ mine` on the other, equal for every (commutative) op, so
+/// all ranks end with the same bits, as with a ring.
+///
+/// Returns the primitives that see this rank's own input (run with the op's
+/// reduction: pre-op applied), those that only fold partial results (run without
+/// the pre-op), and the peers. The message must fit a connection's FIFO (the
+/// tuner only offers it then): a round sends everything before it receives.
+fn rd_all_reduce(me: usize, n: usize, bytes: usize) -> (Vec<Prim>, Vec<Prim>, Vec<usize>) {
+    let p = if n == 0 {
+        1
+    } else {
+        1usize << (usize::BITS - 1 - n.leading_zeros())
+    };
+    let rem = n - p;
+    let prim = |recv: Option<usize>,
+                send: Option<usize>,
+                src: Option<Buffer>,
+                dst: Option<Buffer>,
+                combine: Combine| Prim {
+        len: bytes,
+        recv: recv.map(p2p_link).into_iter().collect(),
+        send: send.map(p2p_link).into_iter().collect(),
+        src: src.map(|buf| Span { buf, offset: 0 }),
+        dst: dst.map(|buf| Span { buf, offset: 0 }),
+        combine,
+    };
+    let (mut first, mut rest, mut peers) = (Vec::new(), Vec::new(), Vec::new());
+    if bytes == 0 || n < 2 {
+        return (first, rest, peers);
+    }
+    if me >= p {
+        let q = me - p;
+        first.push(prim(
+            None,
+            Some(q),
+            Some(Buffer::Send),
+            None,
+            Combine::Copy { pre: true },
+        ));
+        rest.push(prim(
+            Some(q),
+            None,
+            None,
+            Some(Buffer::Recv),
+            Combine::Copy { pre: false },
+        ));
+        return (first, rest, vec![q]);
+    }
+    // Until its first fold, this rank's partial result is its input (send buffer);
+    // afterwards it lives in the receive buffer.
+    let mut folded = false;
+    if me < rem {
+        let q = me + p;
+        first.push(prim(
+            Some(q),
+            None,
+            Some(Buffer::Send),
+            Some(Buffer::Recv),
+            Combine::Reduce { finish: false },
+        ));
+        peers.push(q);
+        folded = true;
+    }
+    let rounds = p.trailing_zeros();
+    for k in 0..rounds {
+        let q = me ^ (1 << k);
+        peers.push(q);
+        let (part, acc) = if folded {
+            (&mut rest, Buffer::Recv)
+        } else {
+            (&mut first, Buffer::Send)
+        };
+        part.push(prim(
+            None,
+            Some(q),
+            Some(acc),
+            None,
+            Combine::Copy { pre: !folded },
+        ));
+        part.push(prim(
+            Some(q),
+            None,
+            Some(acc),
+            Some(Buffer::Recv),
+            Combine::Reduce {
+                finish: k + 1 == rounds,
+            },
+        ));
+        folded = true;
+    }
+    if me < rem {
+        rest.push(prim(
+            None,
+            Some(me + p),
+            Some(Buffer::Recv),
+            None,
+            Combine::Copy { pre: false },
+        ));
+    }
+    (first, rest, peers)
+}
+
+fn p2p_link(peer: usize) -> Link {
+    Link {
+        peer,
+        channel: 0,
+        class: LinkClass::P2p,
     }
 }
 

@@ -1,19 +1,24 @@
-//! The progress engine: one thread per communicator, like NCCL's proxy thread, that
-//! also plays the GPU kernel's part on host memory.
+//! The progress engine: what NCCL's proxy thread and GPU kernel do, on host memory.
 //!
-//! Each loop iteration (1) takes new work, (2) drives every connection's network
-//! side (`isend`/`irecv`/`test`, see [`fifo`](super::fifo)), and (3) advances the
-//! current batch's primitives slice by slice: a slice is processed when every
-//! receive link has a ready slot and every send link a free one, exactly the
-//! head/tail handshake NCCL's kernel and proxy do through `NCCL_STEPS` slots.
-//! Operations of a batch (a group) run one after another per channel; channels run
-//! side by side. A plugin error aborts the communicator: every waiting operation
-//! fails with the plugin's message, nothing hangs.
+//! Each pass (1) drives every connection's network side (`isend`/`irecv`/`test`,
+//! see [`fifo`](super::fifo)), and (2) advances the active batch's primitives slice
+//! by slice: a slice is processed when every receive link has a ready slot and every
+//! send link a free one, exactly the head/tail handshake NCCL's kernel and proxy do
+//! through `NCCL_STEPS` slots. Operations of a batch (a group) run one after another
+//! per channel; channels run side by side.
+//!
+//! Operations block, so the thread that submits a batch runs the passes itself
+//! until the batch is done (MPI libraries progress inside `MPI_Wait` the same way):
+//! no wake-up of another thread on the way in and none on the way out, which is
+//! most of a small operation's latency when ranks share cores. The background
+//! thread `cclkit-proxy-<rank>` only completes sends a returning caller left in
+//! flight. A plugin error aborts the communicator: the operation fails with the
+//! plugin's message, and so does every later one; nothing hangs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -75,164 +80,299 @@ pub struct Batch {
     pub group: usize,
 }
 
-struct Done {
-    result: Mutex<Option<Result<()>>>,
-    cv: Condvar,
+/// Shared between the communicator's handle, the calling threads and the
+/// background thread.
+struct Shared {
+    rank: usize,
+    engine: Mutex<Engine>,
+    abort: AtomicBool,
+    stop: AtomicBool,
+    failed: Mutex<Option<Error>>,
 }
 
-impl Done {
-    fn set(&self, r: Result<()>) {
-        let mut g = self.result.lock().unwrap_or_else(|p| p.into_inner());
-        if g.is_none() {
-            *g = Some(r);
-        }
-        self.cv.notify_all();
-    }
-}
-
-enum Msg {
-    Install(Vec<(Link, SendConn)>, Vec<(Link, RecvConn)>),
-    Run(Batch, Arc<Done>),
-    Stop,
-}
-
-/// Handle to a communicator's progress engine.
-pub struct Proxy {
-    tx: Sender<Msg>,
-    thread: Option<JoinHandle<()>>,
-    abort: Arc<AtomicBool>,
-    failed: Arc<Mutex<Option<Error>>>,
-}
-
-impl Proxy {
-    /// Starts the engine thread `cclkit-proxy-<rank>`.
-    pub fn start(rank: usize) -> Result<Self> {
-        let (tx, rx) = channel();
-        let abort = Arc::new(AtomicBool::new(false));
-        let failed = Arc::new(Mutex::new(None));
-        let engine = Engine {
-            rank,
-            rx,
-            send: HashMap::new(),
-            recv: HashMap::new(),
-            queue: VecDeque::new(),
-            abort: Arc::clone(&abort),
-            failed: Arc::clone(&failed),
-            scratch: Vec::new(),
-        };
-        let thread = std::thread::Builder::new()
-            .name(format!("cclkit-proxy-{rank}"))
-            .spawn(move || engine.run())
-            .map_err(|e| Error::system(format!("start proxy thread: {e}")))?;
-        Ok(Self {
-            tx,
-            thread: Some(thread),
-            abort,
-            failed,
-        })
-    }
-
-    fn send(&self, m: Msg) -> Result<()> {
-        self.tx.send(m).map_err(|_| {
-            self.error()
-                .unwrap_or_else(|| Error::internal("proxy thread is gone"))
-        })?;
-        if let Some(t) = &self.thread {
-            t.thread().unpark();
-        }
-        Ok(())
-    }
-
-    /// The error that aborted the engine, if any.
-    pub fn error(&self) -> Option<Error> {
+impl Shared {
+    fn error(&self) -> Option<Error> {
         self.failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
-    /// Hands new connections to the engine.
-    pub fn install(&self, send: Vec<(Link, SendConn)>, recv: Vec<(Link, RecvConn)>) -> Result<()> {
-        self.send(Msg::Install(send, recv))
+    fn engine(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs a batch and waits for it. After `timeout` the communicator is aborted; the
-    /// call still waits until the engine has let go of the batch's buffers.
-    pub fn run(&self, batch: Batch, timeout: Duration) -> Result<()> {
+    /// Records the first error; every later operation fails with it.
+    fn fail(&self, e: Error) -> Error {
+        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            tracing::warn!(target: "cclkit::proxy", "rank {}: {}", self.rank, e);
+            *f = Some(e.clone());
+        }
+        f.clone().unwrap_or(e)
+    }
+}
+
+/// Handle to a communicator's progress engine.
+///
+/// Operations are blocking, so the thread that submits a batch drives the engine
+/// itself until the batch is done (as an MPI library progresses inside `MPI_Wait`):
+/// no hand-off to another thread and back on the latency path. A background thread
+/// `cclkit-proxy-<rank>` finishes what a returning caller leaves in flight (sends
+/// the peers still wait for) and sleeps otherwise.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts the engine and its background thread `cclkit-proxy-<rank>`.
+    pub fn start(rank: usize) -> Result<Self> {
+        let shared = Arc::new(Shared {
+            rank,
+            engine: Mutex::new(Engine {
+                rank,
+                send: LinkMap::default(),
+                recv: LinkMap::default(),
+                active: None,
+                scratch: Vec::new(),
+            }),
+            abort: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        });
+        let bg = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("cclkit-proxy-{rank}"))
+            .spawn(move || background(&bg))
+            .map_err(|e| Error::system(format!("start proxy thread: {e}")))?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The error that aborted the engine, if any.
+    pub fn error(&self) -> Option<Error> {
+        self.shared.error()
+    }
+
+    /// Hands new connections to the engine.
+    pub fn install(&self, send: Vec<(Link, SendConn)>, recv: Vec<(Link, RecvConn)>) -> Result<()> {
         if let Some(e) = self.error() {
             return Err(e);
         }
-        let done = Arc::new(Done {
-            result: Mutex::new(None),
-            cv: Condvar::new(),
-        });
-        self.send(Msg::Run(batch, Arc::clone(&done)))?;
-        let deadline = Instant::now() + timeout;
-        let mut g = done.result.lock().unwrap_or_else(|p| p.into_inner());
-        let mut timed_out = false;
-        while g.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() && !timed_out {
-                timed_out = true;
-                self.abort.store(true, Ordering::Release);
-                if let Some(t) = &self.thread {
-                    t.thread().unpark();
-                }
-            }
-            let wait = if timed_out {
-                Duration::from_millis(100)
-            } else {
-                left
-            };
-            g = done
-                .cv
-                .wait_timeout(g, wait)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        let r = g
-            .take()
-            .unwrap_or_else(|| Err(Error::internal("no result")));
-        if timed_out && r.is_err() {
-            return Err(Error::timeout(format!(
-                "operation did not complete within {timeout:?} (CCLKIT_OP_TIMEOUT); communicator aborted"
-            )));
-        }
-        r
+        let mut eng = self.shared.engine();
+        eng.send.extend(send);
+        eng.recv.extend(recv);
+        Ok(())
     }
 
-    /// Aborts: pending and future operations fail, connections are closed.
+    /// Runs a batch to completion on the calling thread. After `timeout` the
+    /// communicator is aborted and the call fails; the engine never keeps a pointer to
+    /// the batch's buffers after this returns.
+    pub fn run(&self, batch: Batch, timeout: Duration) -> Result<()> {
+        let sh = &self.shared;
+        if let Some(e) = sh.error() {
+            return Err(e);
+        }
+        let start = Instant::now();
+        let mut eng = sh.engine();
+        eng.admit(batch)?;
+        let mut wait = Backoff::new();
+        let result = loop {
+            if sh.abort.load(Ordering::Acquire) {
+                break Err(sh.fail(Error::invalid_usage(format!(
+                    "rank {}: communicator aborted",
+                    sh.rank
+                ))));
+            }
+            match eng.progress() {
+                Ok(moved) => {
+                    if eng.active.is_none() {
+                        break Ok(());
+                    }
+                    if moved {
+                        wait.reset();
+                        continue;
+                    }
+                }
+                Err(e) => break Err(sh.fail(e)),
+            }
+            if start.elapsed() >= timeout {
+                sh.abort.store(true, Ordering::Release);
+                break Err(sh.fail(Error::timeout(format!(
+                    "operation did not complete within {timeout:?} (CCLKIT_OP_TIMEOUT); communicator aborted"
+                ))));
+            }
+            wait.pause();
+        };
+        // The batch's buffers are not referenced past this point (sends were copied
+        // into FIFO slots); drop it before anything else can fail.
+        eng.active = None;
+        result?;
+        // Push out what the peers still wait for: post every filled slot now, and keep
+        // completing sends while they complete quickly. A send that needs the peer to
+        // act first (a rendezvous) is left to the background thread, so a send never
+        // waits for the peer's next operation here.
+        let mut quiet = 0u32;
+        while !eng.sends_idle() && quiet < FLUSH_SPINS {
+            match eng.progress_sends() {
+                Ok(true) => quiet = 0,
+                Ok(false) => {
+                    quiet += 1;
+                    std::hint::spin_loop();
+                }
+                Err(e) => return Err(sh.fail(e)),
+            }
+        }
+        let handover = !eng.sends_idle();
+        drop(eng);
+        if handover && let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+        Ok(())
+    }
+
+    /// Aborts: the current and future operations fail.
     pub fn abort(&self) {
-        self.abort.store(true, Ordering::Release);
-        let _ = self.send(Msg::Stop);
+        self.shared.abort.store(true, Ordering::Release);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        let _ = self.tx.send(Msg::Stop);
+        self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
             let _ = t.join();
+        }
+        // Closing order: receives and sends are released here (deregMr, then close),
+        // before the plugin context the communicator drops next.
+        let mut eng = self.shared.engine();
+        eng.send.clear();
+        eng.recv.clear();
+    }
+}
+
+/// Spins after the last batch while sends still complete without waiting for a peer.
+const FLUSH_SPINS: u32 = 200;
+
+/// Passes that only spin before a waiting thread starts yielding: few, because a
+/// pass polls every connection (system calls) and a peer sharing this core cannot
+/// run until this thread yields.
+const SPINS: u32 = 4;
+/// How long a waiting thread yields before it sleeps in short steps.
+const YIELD_FOR: Duration = Duration::from_micros(200);
+/// One sleep step once yielding went on for [`YIELD_FOR`].
+const SLEEP_STEP: Duration = Duration::from_micros(50);
+
+/// How a thread waits for the network: spin briefly (a reply may be microseconds
+/// away), then yield (other ranks may share this core), then sleep in short steps
+/// so that ranks oversubscribing the CPUs leave it to the one that has work.
+struct Backoff {
+    idle: u32,
+    since: Option<Instant>,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Self {
+            idle: 0,
+            since: None,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.idle = 0;
+        self.since = None;
+    }
+
+    fn pause(&mut self) {
+        self.idle = self.idle.saturating_add(1);
+        if self.idle <= SPINS {
+            std::hint::spin_loop();
+            return;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() < YIELD_FOR {
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout(SLEEP_STEP);
+        }
+    }
+}
+
+/// The background thread: completes sends a returning caller left in flight, and
+/// sleeps while callers drive the engine or nothing is pending.
+fn background(sh: &Shared) {
+    let mut wait = Backoff::new();
+    while !sh.stop.load(Ordering::Acquire) {
+        let busy = match sh.engine.try_lock() {
+            Ok(mut eng) if sh.error().is_none() && !eng.sends_idle() => {
+                match eng.progress_sends() {
+                    Ok(true) => wait.reset(),
+                    Ok(false) => {}
+                    Err(e) => {
+                        sh.fail(e);
+                    }
+                }
+                !eng.sends_idle()
+            }
+            // Idle, failed, or a caller is driving (it wakes us when it hands over).
+            _ => false,
+        };
+        if busy {
+            wait.pause();
+        } else {
+            wait.reset();
+            std::thread::park_timeout(Duration::from_millis(20));
         }
     }
 }
 
 struct Active {
     batch: Batch,
-    done: Arc<Done>,
     /// (step index, slice index) per channel.
     cursor: Vec<(usize, usize)>,
 }
 
+/// Links to connections, hashed cheaply (a link is three small integers).
+type LinkMap<T> = HashMap<Link, T, BuildHasherDefault<LinkHasher>>;
+
+/// FNV-1a over the link's fields: a few cycles, where SipHash costs tens of ns on
+/// every slice.
+#[derive(Default)]
+struct LinkHasher(u64);
+
+impl Hasher for LinkHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// Most links one primitive receives from or sends to (tree: parent + 2 children).
+const MAX_LINKS: usize = 8;
+
 struct Engine {
     rank: usize,
-    rx: Receiver<Msg>,
-    send: HashMap<Link, SendConn>,
-    recv: HashMap<Link, RecvConn>,
-    queue: VecDeque<Active>,
-    abort: Arc<AtomicBool>,
-    failed: Arc<Mutex<Option<Error>>>,
+    send: LinkMap<SendConn>,
+    recv: LinkMap<RecvConn>,
+    active: Option<Active>,
     scratch: Vec<Vec<u8>>,
 }
 
@@ -241,121 +381,58 @@ fn slices(len: usize, slice: usize) -> usize {
 }
 
 impl Engine {
-    fn run(mut self) {
-        let mut stop = false;
-        let mut idle: u32 = 0;
-        loop {
-            loop {
-                match self.rx.try_recv() {
-                    Ok(Msg::Install(s, r)) => {
-                        self.send.extend(s);
-                        self.recv.extend(r);
-                    }
-                    Ok(Msg::Run(b, done)) => self.admit(b, done),
-                    Ok(Msg::Stop) => stop = true,
-                    Err(_) => break,
-                }
-            }
-            if self.abort.load(Ordering::Acquire) && self.error().is_none() {
-                self.fail(Error::invalid_usage(format!(
-                    "rank {}: communicator aborted",
-                    self.rank
-                )));
-            }
-            if stop && (self.queue.is_empty() || self.error().is_some()) {
-                break;
-            }
-            let moved = if self.error().is_none() {
-                match self.progress() {
-                    Ok(m) => m,
-                    Err(e) => {
-                        self.fail(e);
-                        false
-                    }
-                }
-            } else {
-                false
-            };
-            let busy = !self.queue.is_empty() || self.send.values().any(|s| !s.idle());
-            idle = if moved { 0 } else { idle.saturating_add(1) };
-            match (busy, idle) {
-                (_, 0) => {}
-                (true, 1..=64) => std::hint::spin_loop(),
-                (true, 65..=4000) => std::thread::yield_now(),
-                (true, _) => std::thread::park_timeout(Duration::from_micros(50)),
-                (false, _) => std::thread::park_timeout(Duration::from_millis(20)),
-            }
-        }
-        // Closing order: receives and sends are dropped here (deregMr, then close).
-        self.send.clear();
-        self.recv.clear();
+    fn sends_idle(&self) -> bool {
+        self.send.values().all(SendConn::idle)
     }
 
-    fn error(&self) -> Option<Error> {
-        self.failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// Posts and completes sends only (no batch is touched).
+    fn progress_sends(&mut self) -> Result<bool> {
+        let mut moved = false;
+        for c in self.send.values_mut() {
+            moved |= c.progress()?;
+        }
+        Ok(moved)
     }
 
-    fn fail(&mut self, e: Error) {
-        tracing::warn!(target: "cclkit::proxy", "rank {}: {}", self.rank, e);
-        {
-            let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-            if f.is_none() {
-                *f = Some(e.clone());
-            }
+    /// Makes `batch` the active one: checks every link has a connection, then tells
+    /// each receive connection which slices to expect.
+    fn admit(&mut self, batch: Batch) -> Result<()> {
+        let missing = batch.channels.iter().flatten().find_map(|step| {
+            step.prim
+                .recv
+                .iter()
+                .find(|l| !self.recv.contains_key(l))
+                .or_else(|| step.prim.send.iter().find(|l| !self.send.contains_key(l)))
+        });
+        if let Some(l) = missing {
+            return Err(Error::internal(format!(
+                "rank {}: no connection for {l:?}",
+                self.rank
+            )));
         }
-        for a in self.queue.drain(..) {
-            a.done.set(Err(e.clone()));
-        }
-    }
-
-    fn admit(&mut self, batch: Batch, done: Arc<Done>) {
-        if let Some(e) = self.error() {
-            done.set(Err(e));
-            return;
-        }
-        for ch in &batch.channels {
-            for step in ch {
-                for l in &step.prim.recv {
-                    let group = if l.class == LinkClass::P2p {
-                        batch.group
-                    } else {
-                        1
-                    };
-                    match self.recv.get_mut(l) {
-                        Some(c) => c.expect(Expect {
-                            params: batch.params,
-                            count: slices(step.prim.len, batch.slice),
-                            group,
-                        }),
-                        None => {
-                            done.set(Err(Error::internal(format!(
-                                "rank {}: no connection for {l:?}",
-                                self.rank
-                            ))));
-                            return;
-                        }
-                    }
-                }
-                if let Some(l) = step.prim.send.iter().find(|l| !self.send.contains_key(l)) {
-                    done.set(Err(Error::internal(format!(
-                        "rank {}: no connection for {l:?}",
-                        self.rank
-                    ))));
-                    return;
+        for step in batch.channels.iter().flatten() {
+            for l in &step.prim.recv {
+                let group = if l.class == LinkClass::P2p {
+                    batch.group
+                } else {
+                    1
+                };
+                if let Some(c) = self.recv.get_mut(l) {
+                    c.expect(Expect {
+                        params: batch.params,
+                        count: slices(step.prim.len, batch.slice),
+                        group,
+                    });
                 }
             }
         }
         let cursor = vec![(0, 0); batch.channels.len()];
-        self.queue.push_back(Active {
-            batch,
-            done,
-            cursor,
-        });
+        self.active = Some(Active { batch, cursor });
+        Ok(())
     }
 
+    /// One pass: every connection's network side, then as many slices of the active
+    /// batch as the FIFOs allow. The batch is dropped (`active = None`) once done.
     fn progress(&mut self) -> Result<bool> {
         let mut moved = false;
         for c in self.send.values_mut() {
@@ -364,37 +441,34 @@ impl Engine {
         for c in self.recv.values_mut() {
             moved |= c.progress()?;
         }
-        let Some(mut a) = self.queue.pop_front() else {
+        let Some(mut a) = self.active.take() else {
             return Ok(moved);
         };
         let mut finished = true;
-        let r = (|| {
-            for ch in 0..a.batch.channels.len() {
-                // Process as many slices of this channel as resources allow.
-                while let Some(step) = a.batch.channels[ch].get(a.cursor[ch].0) {
-                    let (pi, si) = a.cursor[ch];
-                    if !self.slice(&a.batch, step, si)? {
-                        break;
+        for ch in 0..a.batch.channels.len() {
+            // Process as many slices of this channel as resources allow.
+            while let Some(step) = a.batch.channels[ch].get(a.cursor[ch].0) {
+                let (pi, si) = a.cursor[ch];
+                match self.slice(&a.batch, step, si) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        self.active = Some(a);
+                        return Err(e);
                     }
-                    moved = true;
-                    let n = slices(step.prim.len, a.batch.slice);
-                    a.cursor[ch] = if si + 1 >= n {
-                        (pi + 1, 0)
-                    } else {
-                        (pi, si + 1)
-                    };
                 }
-                finished &= a.cursor[ch].0 >= a.batch.channels[ch].len();
+                moved = true;
+                let n = slices(step.prim.len, a.batch.slice);
+                a.cursor[ch] = if si + 1 >= n {
+                    (pi + 1, 0)
+                } else {
+                    (pi, si + 1)
+                };
             }
-            Ok::<(), Error>(())
-        })();
-        match r {
-            Ok(()) if finished => a.done.set(Ok(())),
-            Ok(()) => self.queue.push_front(a),
-            Err(e) => {
-                a.done.set(Err(e.clone()));
-                return Err(e);
-            }
+            finished &= a.cursor[ch].0 >= a.batch.channels[ch].len();
+        }
+        if !finished {
+            self.active = Some(a);
         }
         Ok(moved)
     }
@@ -408,26 +482,33 @@ impl Engine {
         let off = si * b.slice;
         let len = b.slice.min(prim.len - off);
         let wire = p.wire_for(len);
+        let (nr, ns) = (prim.recv.len(), prim.send.len());
+        if nr > MAX_LINKS || ns > MAX_LINKS {
+            return Err(Error::internal(format!(
+                "a primitive with {nr} receive and {ns} send links (at most {MAX_LINKS})"
+            )));
+        }
         // Resources first: nothing is consumed unless the whole slice can proceed.
-        let mut ins: Vec<(*const u8, usize)> = Vec::with_capacity(prim.recv.len());
-        for l in &prim.recv {
+        // Fixed arrays: this runs for every slice, so it must not allocate.
+        let mut ins: [(*const u8, usize); MAX_LINKS] = [(std::ptr::null(), 0); MAX_LINKS];
+        for (k, l) in prim.recv.iter().enumerate() {
             let c = self
                 .recv
                 .get_mut(l)
                 .ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
             match c.slot_to_consume(p)? {
-                Some(s) => ins.push(s),
+                Some(s) => ins[k] = s,
                 None => return Ok(false),
             }
         }
-        let mut outs: Vec<*mut u8> = Vec::with_capacity(prim.send.len());
-        for l in &prim.send {
+        let mut outs: [*mut u8; MAX_LINKS] = [std::ptr::null_mut(); MAX_LINKS];
+        for (k, l) in prim.send.iter().enumerate() {
             let c = self
                 .send
                 .get_mut(l)
                 .ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
             match c.slot_to_fill(p)? {
-                Some((ptr, cap)) if cap >= wire => outs.push(ptr),
+                Some((ptr, cap)) if cap >= wire => outs[k] = ptr,
                 Some((_, cap)) => {
                     return Err(Error::internal(format!(
                         "slice of {wire} wire bytes exceeds a {cap}-byte slot"
@@ -436,9 +517,9 @@ impl Engine {
                 None => return Ok(false),
             }
         }
-        for ((ptr, got), l) in ins.iter().zip(&prim.recv) {
+        let (ins, outs) = (&ins[..nr], &outs[..ns]);
+        for ((_, got), l) in ins.iter().zip(&prim.recv) {
             if *got != wire {
-                let _ = ptr;
                 return Err(Error::invalid_usage(format!(
                     "rank {}: received {got} bytes from rank {} where {wire} were expected \
                      (ranks called different operations, counts or protocols)",
@@ -447,31 +528,31 @@ impl Engine {
             }
         }
         // Inputs as data bytes (LL lines are decoded and their flags checked).
-        while self.scratch.len() < prim.recv.len() + 1 {
+        while self.scratch.len() < nr + 1 {
             self.scratch.push(Vec::new());
         }
-        let mut data_ins: Vec<&[u8]> = Vec::with_capacity(ins.len());
-        let (scratch_in, scratch_out) = self.scratch.split_at_mut(prim.recv.len());
+        let mut data_ins: [&[u8]; MAX_LINKS] = [&[]; MAX_LINKS];
+        let (scratch_in, scratch_out) = self.scratch.split_at_mut(nr);
         for (i, ((ptr, _), l)) in ins.iter().zip(&prim.recv).enumerate() {
             // SAFETY: a ready slot of `wire` bytes; the proxy does not touch it until
             // it is consumed below.
             let w = unsafe { std::slice::from_raw_parts(*ptr, wire) };
-            if p.proto == Protocol::SIMPLE {
-                data_ins.push(w);
-            } else {
+            if p.proto != Protocol::SIMPLE {
                 let flag = self.recv.get(l).map_or(0, |c| c.sequence(p.proto)) as u32;
                 let buf = &mut scratch_in[i];
                 buf.resize(len, 0);
                 decode(p.proto, w, buf, flag)
                     .map_err(|e| e.context(format!("rank {}: from rank {}", self.rank, l.peer)))?;
+            } else {
+                data_ins[i] = w;
             }
         }
         if p.proto != Protocol::SIMPLE {
-            data_ins = scratch_in[..prim.recv.len()]
-                .iter()
-                .map(Vec::as_slice)
-                .collect();
+            for (d, b) in data_ins.iter_mut().zip(scratch_in.iter()) {
+                *d = b.as_slice();
+            }
         }
+        let data_ins = &data_ins[..nr];
         let user = |span: super::schedule::Span| -> Result<*mut u8> {
             let (base, cap) = match span.buf {
                 Buffer::Send => (op.bufs.send.cast_mut(), op.bufs.send_len),
@@ -494,7 +575,7 @@ impl Engine {
         };
         // Where the result is computed: straight into the destination or the one send
         // slot when that is safe (Simple, no overlap with the input), else scratch.
-        let direct: Option<*mut u8> = match (p.proto, dst, outs.as_slice()) {
+        let direct: Option<*mut u8> = match (p.proto, dst, outs) {
             (Protocol::SIMPLE, Some(d), _) if src.is_none_or(|s| !overlaps(s, d)) => Some(d),
             (Protocol::SIMPLE, None, [o]) => Some(*o),
             _ => None,
@@ -505,14 +586,14 @@ impl Engine {
             Some(d) if !(trivial_copy && src == Some(d)) => {
                 // SAFETY: `d` is `len` writable bytes disjoint from every input (checked).
                 let out = unsafe { std::slice::from_raw_parts_mut(d, len) };
-                combine(prim.combine, &op.red, src_slice, &data_ins, out)?;
+                combine(prim.combine, &op.red, src_slice, data_ins, out)?;
                 d
             }
             Some(d) => d, // in-place copy onto itself
             None => {
                 let out = &mut scratch_out[0];
                 out.resize(len, 0);
-                combine(prim.combine, &op.red, src_slice, &data_ins, out)?;
+                combine(prim.combine, &op.red, src_slice, data_ins, out)?;
                 out.as_ptr()
             }
         };

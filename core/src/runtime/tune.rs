@@ -207,7 +207,14 @@ impl Tuning {
         let m = &self.model;
         let n = m.n_ranks.max(1) as f64;
         let nodes = m.n_nodes.max(1) as f64;
-        let (ai, pi) = (a.0 as usize, p.0 as usize);
+        // PAT (recursive doubling here) has no constants of its own in NCCL's table
+        // for AllReduce; each of its steps costs what a ring step costs.
+        let ai = if a == Algorithm::PAT {
+            Algorithm::RING.0
+        } else {
+            a.0
+        } as usize;
+        let pi = p.0 as usize;
         let lat = self.constants.baseLatencies[ai][pi]
             + self.constants.hwLatencies[2][ai][pi]
             + m.net_lat_us;
@@ -222,6 +229,13 @@ impl Tuning {
                 2.0 * (nodes + 1.0).log2().ceil() + 2.0 * (n / nodes - 1.0),
                 3.0,
             ),
+            (Func::ALL_REDUCE, Algorithm::PAT) => {
+                // log2 rounds among the largest power of two, plus one step in and one
+                // out for the ranks beyond it; every step moves the whole message.
+                let p2 = (n.log2().floor()).exp2();
+                let s = p2.log2() + if p2 < n { 2.0 } else { 0.0 };
+                (s, s)
+            }
             (Func::ALL_REDUCE, _) => (2.0 * (n - 1.0), 2.0 * (n - 1.0) / n),
             (Func::ALL_GATHER | Func::REDUCE_SCATTER, _) => (n - 1.0, (n - 1.0) / n),
             _ => (n - 1.0, 1.0),
@@ -238,12 +252,17 @@ impl Tuning {
             return t;
         }
         let algos: &[Algorithm] = if func == Func::ALL_REDUCE {
-            &[Algorithm::TREE, Algorithm::RING]
+            &[Algorithm::TREE, Algorithm::RING, Algorithm::PAT]
         } else {
             &[Algorithm::RING]
         };
         for &a in algos {
             for p in [Protocol::LL, Protocol::LL128, Protocol::SIMPLE] {
+                // Recursive doubling sends a whole round before receiving one, so the
+                // message must fit the connection's FIFO (one slot per slice).
+                if a == Algorithm::PAT && bytes > pat_limit(p) {
+                    continue;
+                }
                 let ok = allowed_for(self.algo_env.as_deref(), func, a.name().unwrap_or(""))
                     .unwrap_or(true)
                     && allowed_for(self.proto_env.as_deref(), func, proto_env_name(p))
@@ -312,7 +331,10 @@ impl Tuning {
                 }
             }
         }
-        let channels = if nch > 0 {
+        let channels = if pick.0 == Algorithm::PAT {
+            // Recursive doubling runs on channel 0's point-to-point links.
+            1
+        } else if nch > 0 {
             (nch as usize).min(max_channels.max(1))
         } else {
             default_ch
@@ -407,6 +429,17 @@ impl Tuning {
         }
         s
     }
+}
+
+/// Largest AllReduce PAT (recursive doubling) runs for `p`: the bytes of a FIFO of
+/// that protocol, with the buffer sizes communicators use (the process environment).
+pub fn pat_limit(p: Protocol) -> usize {
+    static LIMITS: std::sync::LazyLock<[usize; 3]> = std::sync::LazyLock::new(|| {
+        let env = |k: &str| std::env::var(k).ok();
+        [Protocol::LL, Protocol::LL128, Protocol::SIMPLE]
+            .map(|p| ProtoParams::new(p, &env).map_or(0, |pp| pp.slice_data() * pp.slots()))
+    });
+    LIMITS[super::fifo::proto_index(p)]
 }
 
 fn proto_env_name(p: Protocol) -> &'static str {
