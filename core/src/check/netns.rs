@@ -93,13 +93,42 @@ impl Netns {
             }
             Ok(())
         };
-        match setup() {
+        match setup().and_then(|()| ns.wait_carrier()) {
             Ok(()) => Ok(ns),
             // `ns` drops here and removes whatever was created.
             Err(e) => Err(Stop::Skip(format!(
                 "cannot create network namespaces here: {e}"
             ))),
         }
+    }
+
+    /// Waits until both veth ends have carrier (`LOWER_UP`): the kernel brings a veth
+    /// pair up asynchronously, and a plugin that lists usable interfaces right away
+    /// would otherwise find none.
+    fn wait_carrier(&self) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        for s in &self.sides {
+            loop {
+                let out = Command::new("ip")
+                    .args(["-n", &s.ns, "-o", "link", "show", "dev", &s.ifname])
+                    .output()
+                    .map_err(|e| format!("cannot run `ip`: {e}"))?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                if text.contains("LOWER_UP") && text.contains("state UP") {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!(
+                        "{} in {} never came up: {}",
+                        s.ifname,
+                        s.ns,
+                        text.trim()
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        Ok(())
     }
 
     /// `ip netns exec <ns> <program>` for side `i`, with the peer environment set.
