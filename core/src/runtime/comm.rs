@@ -109,13 +109,6 @@ impl Comm {
             )));
         }
         let device = Device::open(config.device).map_err(|e| e.context(format!("rank {rank}")))?;
-        if device.is_cuda() {
-            // Until the proxy runs slices with the device kernels (next change).
-            return Err(Error::invalid_usage(format!(
-                "rank {rank}: --device {}: the proxy's device path is not wired yet",
-                config.device
-            )));
-        }
         let device_config = Self::config_for_device(config, &device);
         let config = &device_config;
         let boot = Bootstrap::init(id, rank, nranks, config.bootstrap_timeout)?;
@@ -217,7 +210,7 @@ impl Comm {
             Self::tuning_for(config, registry, &net, &peers, &ring, comm_id(id), &devices)?;
         let gpu_pci = device.gpu_pci_path();
         let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
-        let proxy = Proxy::start(rank)?;
+        let proxy = Proxy::start_on(rank, device.compute()?)?;
         let comm = Self {
             rank,
             nranks,

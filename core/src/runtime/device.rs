@@ -29,10 +29,10 @@ pub mod compute;
 #[cfg(not(feature = "cuda"))]
 pub mod compute {
     use cclkit_abi::raw::common::Protocol;
-    use cclkit_kernels::Reduction;
 
     use crate::runtime::error::Result;
-    use crate::runtime::schedule::Combine;
+    use crate::runtime::proxy::OpRef;
+    use crate::runtime::schedule::Prim;
 
     /// Uninhabited without the `cuda` feature.
     pub enum DevCompute {}
@@ -43,16 +43,15 @@ pub mod compute {
         /// # Safety
         /// None needed: unreachable.
         #[allow(clippy::too_many_arguments)]
-        pub unsafe fn proxy_slice(
+        pub unsafe fn proxy_step(
             &mut self,
-            _c: Combine,
-            _red: &Reduction,
+            _prim: &Prim,
+            _op: &OpRef,
+            _off: usize,
+            _len: usize,
             _proto: Protocol,
-            _src: Option<*const u8>,
-            _dst: Option<*mut u8>,
             _recvs: &[(*const u8, usize)],
             _sends: &[*mut u8],
-            _len: usize,
         ) -> Result<()> {
             match *self {}
         }

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use cclkit_abi::raw::common::Protocol;
 use cclkit_kernels::Reduction;
 
+use super::device::compute::DevCompute;
 use super::error::{Error, Result};
 use super::fifo::{Expect, RecvConn, SendConn};
 use super::protocol::{ProtoParams, decode, encode};
@@ -128,6 +129,12 @@ pub struct Proxy {
 impl Proxy {
     /// Starts the engine and its background thread `cclkit-proxy-<rank>`.
     pub fn start(rank: usize) -> Result<Self> {
+        Self::start_on(rank, None)
+    }
+
+    /// [`start`](Self::start) for a device communicator: `dev` runs each slice's
+    /// reductions and copies with the device kernels (`None`: on the host).
+    pub fn start_on(rank: usize, dev: Option<DevCompute>) -> Result<Self> {
         let shared = Arc::new(Shared {
             rank,
             engine: Mutex::new(Engine {
@@ -136,6 +143,7 @@ impl Proxy {
                 recv: LinkMap::default(),
                 active: None,
                 scratch: Vec::new(),
+                dev,
             }),
             abort: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -374,6 +382,8 @@ struct Engine {
     recv: LinkMap<RecvConn>,
     active: Option<Active>,
     scratch: Vec<Vec<u8>>,
+    /// The device's work queue on a device communicator.
+    dev: Option<DevCompute>,
 }
 
 fn slices(len: usize, slice: usize) -> usize {
@@ -526,6 +536,28 @@ impl Engine {
                     self.rank, l.peer
                 )));
             }
+        }
+        if let Some(dc) = self.dev.as_mut() {
+            // Device communicator: user buffers and slots are device (or
+            // GPU-mapped) memory, never read here; the device kernels compute.
+            // SAFETY: this slice's ready receive and free send slots; the op's
+            // buffers were checked against the device when it was submitted.
+            unsafe { dc.proxy_step(prim, op, off, len, p.proto, ins, outs) }?;
+            for l in &prim.send {
+                let tag =
+                    (l.class == LinkClass::P2p && b.group > 1).then_some((si % b.group) as i32);
+                self.send
+                    .get_mut(l)
+                    .ok_or_else(|| Error::internal("send connection vanished"))?
+                    .filled(p, wire, tag)?;
+            }
+            for l in &prim.recv {
+                self.recv
+                    .get_mut(l)
+                    .ok_or_else(|| Error::internal("recv connection vanished"))?
+                    .consumed(p)?;
+            }
+            return Ok(true);
         }
         // Inputs as data bytes (LL lines are decoded and their flags checked).
         while self.scratch.len() < nr + 1 {

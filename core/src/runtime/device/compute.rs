@@ -10,7 +10,8 @@ use cclkit_kernels::cuda::{CudaDevice, DevPtr, DeviceBuffer, Stream};
 
 use super::cuda_error;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::schedule::Combine;
+use crate::runtime::proxy::OpRef;
+use crate::runtime::schedule::{Buffer, Combine, Prim, Span};
 
 /// One slice's addresses.
 #[derive(Clone, Copy, Debug)]
@@ -196,5 +197,56 @@ impl DevCompute {
         };
         // SAFETY: forwarded from the caller.
         unsafe { self.slice(c, red, io) }
+    }
+
+    /// The proxy's step for slice `[off, off + len)` of `prim` of operation `op`:
+    /// the user buffer spans (bounds-checked here) and the slots the proxy
+    /// holds, computed on the device ([`proxy_slice`](Self::proxy_slice)).
+    ///
+    /// # Safety
+    /// `op`'s buffers are memory of this device, valid for their lengths; the
+    /// slots are this slice's ready receive slots and free send slots.
+    ///
+    /// # Errors
+    /// As [`proxy_slice`](Self::proxy_slice), and a span beyond its buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn proxy_step(
+        &mut self,
+        prim: &Prim,
+        op: &OpRef,
+        off: usize,
+        len: usize,
+        proto: Protocol,
+        recvs: &[(*const u8, usize)],
+        sends: &[*mut u8],
+    ) -> Result<()> {
+        let span = |s: Option<Span>| -> Result<Option<*mut u8>> {
+            let Some(span) = s else { return Ok(None) };
+            let (base, cap) = match span.buf {
+                Buffer::Send => (op.bufs.send.cast_mut(), op.bufs.send_len),
+                Buffer::Recv => (op.bufs.recv, op.bufs.recv_len),
+            };
+            if span.offset + off + len > cap {
+                return Err(Error::internal(format!(
+                    "span {span:?} + {len} exceeds a {cap}-byte buffer"
+                )));
+            }
+            // A device address: offset only, never dereferenced here.
+            Ok(Some(base.wrapping_add(span.offset + off)))
+        };
+        let (src, dst) = (span(prim.src)?, span(prim.dst)?);
+        // SAFETY: forwarded from the caller; the spans are bounds-checked.
+        unsafe {
+            self.proxy_slice(
+                prim.combine,
+                &op.red,
+                proto,
+                src.map(<*mut u8>::cast_const),
+                dst,
+                recvs,
+                sends,
+                len,
+            )
+        }
     }
 }
