@@ -17,6 +17,7 @@ pub mod check;
 pub mod colls;
 pub mod options;
 pub mod output;
+pub mod place;
 
 use colls::{Case, Coll, Slot};
 use output::{Measure, Progress, Report, Row, Test};
@@ -82,9 +83,18 @@ pub struct PerfArgs {
     /// Seconds one operation may take before the communicator is aborted.
     #[arg(short = 'T', long = "timeout")]
     pub timeout: Option<f64>,
+    /// Timed iterations are raised (from -n, at most 1000×) so each size's timed
+    /// loop lasts about this many milliseconds: small sizes get the iterations a
+    /// stable mean needs, large ones stay at -n.
+    #[arg(long = "iter-time", value_name = "MS")]
+    pub iter_time: Option<f64>,
     /// Run this many local ranks (ignored under a launcher such as mpirun or srun).
     #[arg(long = "np", default_value_t = 1)]
     pub np: usize,
+    /// Pinning of --np ranks: auto (as mpirun: a core each for up to 2 ranks), core,
+    /// or none.
+    #[arg(long = "bind", value_enum, default_value = "auto")]
+    pub bind: place::Bind,
     /// Where buffers live and reductions run: `host` (default), `cuda` or `cuda:N`
     /// (CUDA managed memory, device kernels; see docs/cuda.md). Overrides
     /// CCLKIT_DEVICE; CCLKIT_CUDA_EMULATE=1 runs the emulated GPU.
@@ -169,6 +179,21 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     };
     if !launched && a.np > 1 {
         let args: Vec<String> = std::env::args().skip(1).collect();
+        let set = place::local_env(&|k| std::env::var(k).ok());
+        let note: Vec<String> = set
+            .iter()
+            .map(|(k, v, why)| format!("{k}={v} ({why})"))
+            .collect();
+        for (k, v, _) in &set {
+            // SAFETY: no other thread exists yet (logging starts none; the bootstrap
+            // root and the ranks start after this), so nothing reads the environment
+            // concurrently.
+            unsafe { std::env::set_var(k, v) };
+        }
+        if !note.is_empty() {
+            // SAFETY: as above.
+            unsafe { std::env::set_var(LAUNCHER_ENV, note.join(", ")) };
+        }
         // The ranks enforce the operation timeout; this only bounds a wedged launch.
         let limit = Duration::from_secs(7 * 24 * 3600);
         return match world::spawn_self(a.np, &args, limit, Duration::from_secs(5)) {
@@ -215,7 +240,15 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     }
 }
 
+/// What `--np` set in its ranks' environment (for the header).
+const LAUNCHER_ENV: &str = "CCLKIT_PERF_LAUNCHER_ENV";
+
 fn join(a: &PerfArgs) -> Result<Comm> {
+    if let Some(l) = world::detect()?
+        && l.engine == "cclkit"
+    {
+        place::bind(a.bind, l.local_rank, l.local_size);
+    }
     let mut config = Config::from_env()?;
     if let Some(t) = a.timeout.filter(|t| *t > 0.0 && t.is_finite()) {
         config.op_timeout = Duration::from_secs_f64(t);
@@ -238,8 +271,10 @@ fn device_line(comm: &Comm) -> String {
     let dev = crate::runtime::topo::select_nic(&devs, None, comm.local_rank(), 0).unwrap_or(0);
     let dev_name = devs.get(dev).map_or("-", |d| d.name.as_str());
     let net = comm.net();
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
     format!(
-        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}] net '{}' v{}, tuner '{}'",
+        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}] net '{}' v{}, tuner '{}', {}",
         comm.rank(),
         0,
         me.pid,
@@ -247,8 +282,27 @@ fn device_line(comm: &Comm) -> String {
         dev,
         net.name,
         net.version,
-        tuner_name(comm)
+        tuner_name(comm),
+        match pinned_cpu() {
+            Some(c) => format!("pinned to cpu {c}"),
+            None => format!("on cpu {cpu}, not pinned"),
+        }
     )
+}
+
+/// The CPU this thread is pinned to, if its affinity is a single CPU.
+fn pinned_cpu() -> Option<usize> {
+    // SAFETY: `set` is a plain bit mask the kernel fills; its size is passed along.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect();
+        (cpus.len() == 1).then(|| cpus[0])
+    }
 }
 
 fn tuner_name(comm: &Comm) -> String {
@@ -284,6 +338,9 @@ fn bench(comm: &Comm, a: &PerfArgs, plan: &Plan) -> Result<u64> {
         print: me == 0 && !json_only,
     };
     out.put(&output::header(&cfg, &devices));
+    if let Ok(note) = std::env::var(LAUNCHER_ENV) {
+        out.put(&format!("# --np set {note}\n"));
+    }
     // Buffers for the largest layout of the sweep, one pair per aggregated op.
     let max_bytes = plan
         .colls
@@ -423,13 +480,30 @@ fn measure(comm: &Comm, a: &PerfArgs, case: &Case, slots: &mut [Slot]) -> Result
     for _ in 0..a.warmup_iters {
         colls::run_group(comm, case, slots)?;
     }
-    comm.bootstrap().barrier()?;
+    let iters = match a.iter_time.filter(|t| *t > 0.0 && t.is_finite()) {
+        None => {
+            comm.bootstrap().barrier()?;
+            a.iters
+        }
+        Some(ms) => {
+            // One probe iteration; every rank takes the slowest rank's time, so all
+            // agree on the count.
+            let t = Instant::now();
+            colls::run_group(comm, case, slots)?;
+            let mine = t.elapsed().as_secs_f64();
+            let slowest = gather_f64(comm, mine)?
+                .into_iter()
+                .fold(mine, f64::max)
+                .max(1e-7);
+            ((ms * 1e-3 / slowest).ceil() as usize).clamp(a.iters, a.iters.saturating_mul(1000))
+        }
+    };
     let start = Instant::now();
     let mut decision = None;
-    for _ in 0..a.iters {
+    for _ in 0..iters {
         decision = colls::run_group(comm, case, slots)?.or(decision);
     }
-    let secs = start.elapsed().as_secs_f64() / (a.iters * slots.len()) as f64;
+    let secs = start.elapsed().as_secs_f64() / (iters * slots.len()) as f64;
     let mut wrong = 0u64;
     for rep in 0..a.check {
         let data = check::Data::new(case.dtype, case.op, n, rep as u64 + 1);
@@ -461,6 +535,7 @@ fn measure(comm: &Comm, a: &PerfArgs, case: &Case, slots: &mut [Slot]) -> Result
     let elem = case.dtype.size().unwrap_or(1);
     let (alg_bw, bus_bw) = case.coll.bandwidth(case.layout.count, elem, secs, n);
     Ok(Measure {
+        iterations: iters,
         time: secs * 1e6,
         alg_bw,
         bus_bw,
@@ -469,4 +544,20 @@ fn measure(comm: &Comm, a: &PerfArgs, case: &Case, slots: &mut [Slot]) -> Result
         proto: decision.and_then(|d| d.proto.name()),
         channels: decision.map(|d| d.channels),
     })
+}
+
+/// Every rank's `v` (a bootstrap allgather; also a barrier).
+fn gather_f64(comm: &Comm, v: f64) -> Result<Vec<f64>> {
+    Ok(comm
+        .bootstrap()
+        .allgather(&v.to_le_bytes())?
+        .iter()
+        .map(|b| {
+            f64::from_le_bytes(
+                b.get(..8)
+                    .and_then(|s| <[u8; 8]>::try_from(s).ok())
+                    .unwrap_or([0; 8]),
+            )
+        })
+        .collect())
 }

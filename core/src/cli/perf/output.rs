@@ -28,6 +28,8 @@ pub fn float_str(value: f64, width: usize) -> String {
 /// One out-of-place or in-place measurement, as printed and reported.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Measure {
+    /// Timed iterations.
+    pub iterations: usize,
     /// Mean time per operation in µs.
     pub time: f64,
     /// Algorithm bandwidth, GB/s.
@@ -353,6 +355,7 @@ mod tests {
 
     fn m(t: f64, w: Option<u64>) -> Measure {
         Measure {
+            iterations: 1,
             time: t,
             alg_bw: 1.0,
             bus_bw: 1.5,

@@ -1,0 +1,94 @@
+//! Where `cclkit perf --np N` puts its ranks: the loopback interface for the socket
+//! transports (every rank is on this host) and, like `mpirun`, one core per rank
+//! when there are at most two ranks.
+
+/// `--bind`: how local ranks are pinned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Bind {
+    /// `mpirun`'s default: one core per rank for up to two ranks (when there are
+    /// enough cores), otherwise not pinned.
+    Auto,
+    /// Rank i on the i-th allowed CPU (wrapping around).
+    Core,
+    /// Not pinned.
+    None,
+}
+
+/// The environment `--np` adds for its ranks, as `(name, value, why)`: nothing the
+/// user already set is overridden.
+pub fn local_env(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Vec<(&'static str, String, &'static str)> {
+    let mut out = Vec::new();
+    if get("NCCL_SOCKET_IFNAME").is_none() {
+        // Traffic between ranks of one host takes the kernel's loopback path whatever
+        // address it is sent to; naming `lo` also tells socket transports that there
+        // is no NIC to spread over helper threads, which on a small machine only
+        // compete with the ranks for the CPUs.
+        out.push((
+            "NCCL_SOCKET_IFNAME",
+            "lo".to_string(),
+            "every rank is on this host",
+        ));
+    }
+    out
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bit mask the kernel fills; its size is passed along.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Pins this process (all its threads, present and future) for local rank
+/// `local_rank` of `local_size`; returns the CPU when it did.
+pub fn bind(mode: Bind, local_rank: usize, local_size: usize) -> Option<usize> {
+    let cpus = allowed_cpus();
+    let pin = match mode {
+        Bind::None => false,
+        Bind::Core => !cpus.is_empty(),
+        Bind::Auto => local_size <= 2 && local_size <= cpus.len(),
+    };
+    if !pin {
+        return None;
+    }
+    let cpu = cpus[local_rank % cpus.len()];
+    // SAFETY: as above; pid 0 is this thread, and threads started later inherit it
+    // (the communicator's threads start after this).
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    ok.then_some(cpu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_only_when_unset() {
+        let unset = |_: &str| None;
+        let env = local_env(&unset);
+        assert_eq!(env.len(), 1);
+        assert_eq!((env[0].0, env[0].1.as_str()), ("NCCL_SOCKET_IFNAME", "lo"));
+        let set = |k: &str| (k == "NCCL_SOCKET_IFNAME").then(|| "eth0".to_string());
+        assert!(local_env(&set).is_empty());
+    }
+
+    #[test]
+    fn auto_binding_follows_mpirun() {
+        assert_eq!(bind(Bind::None, 0, 1), None);
+        // Many ranks: not pinned.
+        assert_eq!(bind(Bind::Auto, 0, 1000), None);
+    }
+}
