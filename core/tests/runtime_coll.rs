@@ -10,7 +10,7 @@ mod common_rt;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common_rt::colls::{Bufs, Tally, cases, note};
+use common_rt::colls::{Bufs, DEBUG, Tally, cases, note};
 use common_rt::{Job, Run, builtin_net, emit, join, param, param_u64};
 
 /// The rank program: runs every case (windows of 1, 1 and 4 cases per group) and
@@ -73,43 +73,73 @@ fn summary(run: &Run, label: &str) -> BTreeMap<String, u64> {
     let runs: BTreeMap<String, u64> =
         serde_json::from_value(run.value(0, "runs")).expect("runs map");
     eprintln!(
-        "{label}: {cases} cases in {:.1} s (rank 0 {:.1} s, {}): {runs:?}",
+        "{label}: {cases} cases in {:.1} s (rank 0 {:.1} s, {}): {runs:?}; more than one chunk: {}",
         run.wall.as_secs_f64(),
         run.value(0, "seconds").as_f64().unwrap_or(0.0),
-        run.value(0, "timing")
+        run.value(0, "timing"),
+        run.value(0, "multi_chunk")
     );
     runs
 }
+
+/// Small FIFOs (`NCCL_BUFFSIZE`, …): many chunks, steps and slot reuses at modest
+/// sizes. Chunks become 64 KiB (Simple), 4 KiB (LL) and 28 800 B (LL128) in
+/// optimised builds, 16 KiB, 2 KiB and 3840 B in debug ones.
+fn small_fifos(job: Job) -> Job {
+    job.env("NCCL_BUFFSIZE", if DEBUG { 32_768 } else { 131_072 })
+        .env("NCCL_LL_BUFFSIZE", if DEBUG { 32_768 } else { 65_536 })
+        .env("NCCL_LL128_BUFFSIZE", if DEBUG { 32_768 } else { 245_760 })
+}
+
+/// Collectives on ring/tree connections, as the decisions name them.
+const TUNED: [&str; 5] = [
+    "AllReduce",
+    "Reduce",
+    "ReduceScatter",
+    "Broadcast",
+    "AllGather",
+];
 
 #[test]
 fn every_collective_type_and_op_on_1_2_3_4_5_8_ranks() {
     rank!(collectives);
     for np in [1, 2, 3, 4, 5, 8] {
-        // The largest count: past one chunk of the protocols the model picks for it.
-        let big = if np >= 5 { 512 << 10 } else { 1 << 20 };
-        let run = Job::new(test_name!(), np)
+        let big = match (DEBUG, np >= 5) {
+            (false, false) => 1 << 20,
+            (false, true) => 512 << 10,
+            (true, false) => 128 << 10,
+            (true, true) => 64 << 10,
+        };
+        // Default FIFOs on some rank counts; on 3 and 5 ranks small ones, so the large
+        // count spans several chunks whatever the model picks.
+        let small = np == 3 || np == 5;
+        let mut job = Job::new(test_name!(), np)
             .envs(builtin_net())
             .env("CKT_SEED", 1000 + np)
             .env("CKT_BIG_BYTES", big)
-            .timeout(Duration::from_secs(240))
-            .run();
+            .timeout(Duration::from_secs(240));
+        if small {
+            job = small_fifos(job);
+        }
+        let run = job.run();
         run.assert_ok();
         let runs = summary(&run, &format!("{np} ranks"));
         // All eight collectives ran, with the model's choices.
-        for f in [
-            "AllReduce",
-            "Reduce",
-            "ReduceScatter",
-            "Broadcast",
-            "AllGather",
-            "AlltoAll",
-            "Gather",
-            "Scatter",
-        ] {
+        for f in TUNED.iter().chain(&["AlltoAll", "Gather", "Scatter"]) {
             assert!(
                 runs.keys().any(|k| k.starts_with(&format!("{f} "))),
                 "{f} never ran: {runs:?}"
             );
+        }
+        if small {
+            let multi: BTreeMap<String, u64> =
+                serde_json::from_value(run.value(0, "multi_chunk")).expect("multi_chunk map");
+            for f in TUNED {
+                assert!(
+                    multi.contains_key(f),
+                    "{np} ranks: {f} never spanned two chunks: {multi:?}"
+                );
+            }
         }
     }
 }
@@ -136,12 +166,9 @@ fn each_algorithm_and_protocol_forced() {
             .env("CKT_FORCE_PROTO", proto)
             .env("CKT_ONLY_TUNED", 1)
             .env("CKT_SEED", 2000 + np)
-            .env("CKT_BIG_BYTES", 1 << 20)
-            // Small FIFOs: many chunks, steps and slot reuses at modest sizes.
-            .env("NCCL_BUFFSIZE", 131_072)
-            .env("NCCL_LL_BUFFSIZE", 65_536)
-            .env("NCCL_LL128_BUFFSIZE", 245_760)
+            .env("CKT_BIG_BYTES", if DEBUG { 256 << 10 } else { 1 << 20 })
             .timeout(Duration::from_secs(240));
+        job = small_fifos(job);
         for r in 0..np {
             job = job.rank_env(r, "NCCL_HOSTID", format!("host{}", r / per_host));
         }
@@ -151,13 +178,7 @@ fn each_algorithm_and_protocol_forced() {
         let ran = summary(&run, &label);
         let multi: BTreeMap<String, u64> =
             serde_json::from_value(run.value(0, "multi_chunk")).expect("multi_chunk map");
-        for f in [
-            "AllReduce",
-            "Reduce",
-            "ReduceScatter",
-            "Broadcast",
-            "AllGather",
-        ] {
+        for f in TUNED {
             assert!(
                 multi.contains_key(f),
                 "{label}: {f} never needed more than one chunk: {multi:?}"

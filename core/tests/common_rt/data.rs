@@ -195,7 +195,7 @@ pub fn check_reduction(
         if is_int(dt) {
             let xs = inputs.iter().map(|b| int_at(dt, b, at + i));
             let want = match op {
-                RedOp::PROD => xs.fold(1, |a, x| wrap(dt, a * x)),
+                RedOp::PROD => xs.fold(1i128, |a, x| wrap(dt, a.wrapping_mul(x))),
                 RedOp::MIN => xs.min().unwrap_or(0),
                 RedOp::MAX => xs.max().unwrap_or(0),
                 RedOp::AVG => wrap(dt, xs.sum()) / n as i128,
