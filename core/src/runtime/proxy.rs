@@ -17,8 +17,8 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -154,6 +154,7 @@ impl Proxy {
             .name(format!("cclkit-proxy-{rank}"))
             .spawn(move || background(&bg))
             .map_err(|e| Error::system(format!("start proxy thread: {e}")))?;
+        ENGINES.fetch_add(1, Ordering::Relaxed);
         Ok(Self {
             shared,
             thread: Some(thread),
@@ -253,6 +254,7 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        ENGINES.fetch_sub(1, Ordering::Relaxed);
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
@@ -269,21 +271,46 @@ impl Drop for Proxy {
 /// Spins after the last batch while sends still complete without waiting for a peer.
 const FLUSH_SPINS: u32 = 200;
 
-/// Passes that only spin before a waiting thread starts yielding: few, because a
-/// pass polls every connection (system calls) and a peer sharing this core cannot
-/// run until this thread yields.
-const SPINS: u32 = 4;
+/// Passes that only spin before a waiting thread yields when ranks share cores:
+/// few, because a pass polls every connection (system calls) and a peer sharing
+/// this core cannot run until this thread yields.
+const SHARED_SPINS: u32 = 4;
+/// How long a waiting thread polls without yielding when every rank has a core of
+/// its own (as MPI libraries do): yielding would only hand the core to unrelated
+/// work and add its time slice to the operation's latency.
+const OWN_CORE_SPIN_FOR: Duration = Duration::from_millis(2);
 /// How long a waiting thread yields before it sleeps in short steps.
 const YIELD_FOR: Duration = Duration::from_micros(200);
 /// One sleep step once yielding went on for [`YIELD_FOR`].
 const SLEEP_STEP: Duration = Duration::from_micros(50);
 
-/// How a thread waits for the network: spin briefly (a reply may be microseconds
-/// away), then yield (other ranks may share this core), then sleep in short steps
-/// so that ranks oversubscribing the CPUs leave it to the one that has work.
+/// Live engines in this process (ranks run as threads count here).
+static ENGINES: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this host runs more ranks than this process has CPUs: the launch's
+/// local rank count (cclkit's launcher, mpirun, Slurm, torchrun) or the engines
+/// of this process, whichever is larger.
+fn cores_shared() -> bool {
+    static LAUNCH: OnceLock<(usize, usize)> = OnceLock::new();
+    let &(local, cpus) = LAUNCH.get_or_init(|| {
+        let local = super::launch::detect(&super::launch::ProcessEnv)
+            .ok()
+            .flatten()
+            .map_or(1, |l| l.local_size);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (local, cpus)
+    });
+    local.max(ENGINES.load(Ordering::Relaxed)) > cpus
+}
+
+/// How a thread waits for the network. With a core per rank: poll (a reply may be
+/// microseconds away), then yield, then sleep in short steps. When ranks share
+/// cores: spin a few passes, then yield at once (the peer we wait for may need this
+/// core), then sleep so that the ranks with work get the CPUs.
 struct Backoff {
     idle: u32,
     since: Option<Instant>,
+    shared: bool,
 }
 
 impl Backoff {
@@ -291,6 +318,7 @@ impl Backoff {
         Self {
             idle: 0,
             since: None,
+            shared: cores_shared(),
         }
     }
 
@@ -301,12 +329,20 @@ impl Backoff {
 
     fn pause(&mut self) {
         self.idle = self.idle.saturating_add(1);
-        if self.idle <= SPINS {
+        if self.shared && self.idle <= SHARED_SPINS {
             std::hint::spin_loop();
             return;
         }
         let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() < YIELD_FOR {
+        let spin_for = if self.shared {
+            Duration::ZERO
+        } else {
+            OWN_CORE_SPIN_FOR
+        };
+        let waited = since.elapsed();
+        if waited < spin_for {
+            std::hint::spin_loop();
+        } else if waited < spin_for + YIELD_FOR {
             std::thread::yield_now();
         } else {
             std::thread::park_timeout(SLEEP_STEP);
