@@ -214,7 +214,11 @@ impl Tuning {
         } else {
             a.0
         } as usize;
-        let pi = p.0 as usize;
+        // LL and LL128 beat Simple on GPUs because the receiver polls flags in the
+        // data instead of waiting for a completion. On host memory every protocol
+        // waits for the same network completion, so a step costs Simple's latency
+        // and LL/LL128 only add their wire overhead (measured: never faster here).
+        let pi = Protocol::SIMPLE.0 as usize;
         let lat = self.constants.baseLatencies[ai][pi]
             + self.constants.hwLatencies[2][ai][pi]
             + m.net_lat_us;
@@ -240,7 +244,13 @@ impl Tuning {
             (Func::ALL_GATHER | Func::REDUCE_SCATTER, _) => (n - 1.0, (n - 1.0) / n),
             _ => (n - 1.0, 1.0),
         };
-        let bw_bytes_per_us = m.net_gbps * 1e3 * channels.max(1) as f64 * eff;
+        // Recursive doubling runs on one channel whatever the others could add.
+        let channels = if a == Algorithm::PAT {
+            1
+        } else {
+            channels.max(1)
+        };
+        let bw_bytes_per_us = m.net_gbps * 1e3 * channels as f64 * eff;
         (lat * steps + bytes as f64 * moved / bw_bytes_per_us) as f32
     }
 
@@ -477,7 +487,19 @@ mod tests {
         let t = tuning(4);
         let small = t.decide(Func::ALL_REDUCE, 8, 2, &params).unwrap();
         let big = t.decide(Func::ALL_REDUCE, 256 << 20, 2, &params).unwrap();
-        assert_eq!(small.proto, Protocol::LL, "{small:?}");
+        // Few steps for small messages (recursive doubling: 2 for 4 ranks, not the
+        // ring's 6), on one channel; Simple, which on host memory is as fast as LL.
+        assert_eq!(
+            (small.algo, small.proto, small.channels),
+            (Algorithm::PAT, Protocol::SIMPLE, 1),
+            "{small:?}"
+        );
+        // PAT is only offered while the message fits a FIFO.
+        assert_eq!(
+            t.table(Func::ALL_REDUCE, 64 << 20, 2)[idx(Algorithm::PAT, Protocol::SIMPLE)],
+            NCCL_ALGO_PROTO_IGNORE
+        );
+        assert!(t.table(Func::BROADCAST, 8, 2)[idx(Algorithm::PAT, Protocol::SIMPLE)] < 0.0);
         assert_eq!(
             (big.algo, big.proto),
             (Algorithm::RING, Protocol::SIMPLE),
