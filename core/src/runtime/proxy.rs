@@ -208,7 +208,9 @@ impl Proxy {
                 }
                 Err(e) => break Err(sh.fail(e)),
             }
-            if start.elapsed() >= timeout {
+            // Reading the clock costs more than a pass's bookkeeping: look at it once
+            // every few idle passes.
+            if wait.idle % 32 == 0 && start.elapsed() >= timeout {
                 sh.abort.store(true, Ordering::Release);
                 break Err(sh.fail(Error::timeout(format!(
                     "operation did not complete within {timeout:?} (CCLKIT_OP_TIMEOUT); communicator aborted"
@@ -287,9 +289,11 @@ const SLEEP_STEP: Duration = Duration::from_micros(50);
 /// Live engines in this process (ranks run as threads count here).
 static ENGINES: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether this host runs more ranks than this process has CPUs: the launch's
+/// Whether this host runs more ranks than there are CPUs for them: the launch's
 /// local rank count (cclkit's launcher, mpirun, Slurm, torchrun) or the engines
-/// of this process, whichever is larger.
+/// of this process, whichever is larger, against the CPUs this process may use —
+/// or, when a launcher pinned it to a single CPU (`--bind-to core`), the CPUs
+/// online, among which the launcher spread the ranks.
 fn cores_shared() -> bool {
     static LAUNCH: OnceLock<(usize, usize)> = OnceLock::new();
     let &(local, cpus) = LAUNCH.get_or_init(|| {
@@ -297,8 +301,12 @@ fn cores_shared() -> bool {
             .ok()
             .flatten()
             .map_or(1, |l| l.local_size);
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (local, cpus)
+        let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SAFETY: sysconf has no preconditions.
+        let online = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) })
+            .unwrap_or(1)
+            .max(1);
+        (local, if mine == 1 { online } else { mine })
     });
     local.max(ENGINES.load(Ordering::Relaxed)) > cpus
 }
@@ -311,25 +319,35 @@ struct Backoff {
     idle: u32,
     since: Option<Instant>,
     shared: bool,
+    /// Still in the polling phase (known at the last clock reading).
+    phase_spin: bool,
 }
 
 impl Backoff {
     fn new() -> Self {
+        let shared = cores_shared();
         Self {
             idle: 0,
             since: None,
-            shared: cores_shared(),
+            shared,
+            phase_spin: !shared,
         }
     }
 
     fn reset(&mut self) {
         self.idle = 0;
         self.since = None;
+        self.phase_spin = !self.shared;
     }
 
     fn pause(&mut self) {
         self.idle = self.idle.saturating_add(1);
         if self.shared && self.idle <= SHARED_SPINS {
+            std::hint::spin_loop();
+            return;
+        }
+        if !self.shared && self.idle % 16 != 0 && self.phase_spin {
+            // Polling on its own core: the clock is only read every 16 passes.
             std::hint::spin_loop();
             return;
         }
@@ -340,7 +358,8 @@ impl Backoff {
             OWN_CORE_SPIN_FOR
         };
         let waited = since.elapsed();
-        if waited < spin_for {
+        self.phase_spin = waited < spin_for;
+        if self.phase_spin {
             std::hint::spin_loop();
         } else if waited < spin_for + YIELD_FOR {
             std::thread::yield_now();
@@ -477,22 +496,37 @@ impl Engine {
         Ok(())
     }
 
-    /// One pass: every connection's network side, then as many slices of the active
-    /// batch as the FIFOs allow. The batch is dropped (`active = None`) once done.
+    /// One pass: complete sends, run the slices that need no new data (a send of
+    /// this rank's own input goes out before any receive is polled), poll the
+    /// receives, run the slices they unblocked, and post what was filled, so a hop
+    /// costs no extra pass. The batch is dropped (`active = None`) once done.
     fn progress(&mut self) -> Result<bool> {
-        let mut moved = false;
-        for c in self.send.values_mut() {
-            moved |= c.progress()?;
+        let mut moved = self.progress_sends()?;
+        if self.slices()? {
+            moved = true;
+            self.progress_sends()?;
         }
+        let mut received = false;
         for c in self.recv.values_mut() {
-            moved |= c.progress()?;
+            received |= c.progress()?;
         }
+        if received {
+            moved = true;
+            if self.slices()? {
+                self.progress_sends()?;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// As many slices of the active batch as the FIFOs allow; whether any ran.
+    fn slices(&mut self) -> Result<bool> {
         let Some(mut a) = self.active.take() else {
-            return Ok(moved);
+            return Ok(false);
         };
         let mut finished = true;
+        let mut sliced = false;
         for ch in 0..a.batch.channels.len() {
-            // Process as many slices of this channel as resources allow.
             while let Some(step) = a.batch.channels[ch].get(a.cursor[ch].0) {
                 let (pi, si) = a.cursor[ch];
                 match self.slice(&a.batch, step, si) {
@@ -503,7 +537,7 @@ impl Engine {
                         return Err(e);
                     }
                 }
-                moved = true;
+                sliced = true;
                 let n = slices(step.prim.len, a.batch.slice);
                 a.cursor[ch] = if si + 1 >= n {
                     (pi + 1, 0)
@@ -516,7 +550,7 @@ impl Engine {
         if !finished {
             self.active = Some(a);
         }
-        Ok(moved)
+        Ok(sliced)
     }
 
     /// Processes slice `si` of `step` if every receive slot is ready and every send
