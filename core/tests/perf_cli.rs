@@ -10,10 +10,16 @@ use std::time::Duration;
 /// Runs `cclkit perf ARGS` (built-in transport, bounded timeouts); kills the whole
 /// process group (the launcher and its ranks) if it takes over 120 s.
 fn perf(args: &[&str]) -> Output {
+    perf_env(args, &[])
+}
+
+/// [`perf`] with extra environment variables.
+fn perf_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
     cmd.arg("perf")
         .args(args)
         .env_clear()
+        .envs(env.iter().copied())
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("NCCL_NET_PLUGIN", "none")
         .env("NCCL_TUNER_PLUGIN", "none")
@@ -310,4 +316,30 @@ fn bad_flags_are_clear_errors() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn recursive_doubling_all_reduce_checks_clean_on_odd_rank_counts() {
+    // PAT (recursive doubling, with the ranks beyond a power of two folded in and
+    // served last) for every type and op, in and out of place, on 3 and 5 ranks.
+    for np in ["3", "5"] {
+        let out = perf_env(
+            &[
+                "--np", np, "-b", "40", "-e", "4000", "-f", "10", "-n", "1", "-w", "0", "-c", "2",
+                "-d", "all", "-o", "all", "--json",
+            ],
+            &[("NCCL_ALGO", "pat")],
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let rows = v["tests"][0]["results"].as_array().unwrap();
+        assert_eq!(rows.len(), 12 * 5 * 3, "np {np}");
+        for r in rows {
+            for place in ["out_of_place", "in_place"] {
+                assert_eq!(r[place]["nwrong"], 0, "np {np}: {r}");
+                assert_eq!(r[place]["algo"], "PAT", "np {np}: {r}");
+            }
+        }
+    }
 }
