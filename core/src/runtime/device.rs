@@ -271,6 +271,23 @@ impl Device {
         }
     }
 
+    /// Checks that `kind` can be opened, without creating a GPU context (for
+    /// tools that spawn ranks: fail before any rank waits for another).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn probe(kind: DeviceKind) -> Result<()> {
+        match kind {
+            DeviceKind::Host | DeviceKind::Cuda { emulated: true, .. } => Ok(()),
+            #[cfg(feature = "cuda")]
+            DeviceKind::Cuda { ordinal, .. } => cclkit_kernels::cuda::CudaDevice::query(ordinal)
+                .map(|_| ())
+                .map_err(|e| cuda_error(e).context(format!("--device {kind}"))),
+            #[cfg(not(feature = "cuda"))]
+            DeviceKind::Cuda { ordinal, .. } => open_cuda(ordinal, false).map(|_| ()),
+        }
+    }
+
     /// Whether buffers live on a CUDA device.
     pub fn is_cuda(&self) -> bool {
         !matches!(self, Device::Host)

@@ -170,6 +170,15 @@ pub fn run(a: &PerfArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A device that cannot be opened fails here, before ranks wait for each other.
+    if let Some(d) = &a.device {
+        use crate::runtime::device::{Device, DeviceKind, emulate_requested};
+        let emulated = emulate_requested(&|k| std::env::var(k).ok());
+        if let Err(e) = DeviceKind::parse(d, emulated).and_then(Device::probe) {
+            eprintln!("cclkit perf: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let launched = match world::detect() {
         Ok(l) => l.is_some(),
         Err(e) => {

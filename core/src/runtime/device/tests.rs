@@ -78,6 +78,22 @@ fn cuda_without_a_driver_is_a_clear_error() {
     #[cfg(not(feature = "cuda"))]
     assert!(e.message().contains("without the `cuda` feature"), "{e}");
     assert!(Device::open(DeviceKind::Host).is_ok_and(|d| !d.is_cuda()));
+    // The probe says the same without opening anything.
+    let kind = DeviceKind::Cuda {
+        ordinal: 0,
+        emulated: false,
+    };
+    let p = Device::probe(kind).expect_err("no CUDA here");
+    assert_eq!(p.message(), e.message());
+    assert!(Device::probe(DeviceKind::Host).is_ok());
+    #[cfg(feature = "cuda")]
+    assert!(
+        Device::probe(DeviceKind::Cuda {
+            ordinal: 0,
+            emulated: true
+        })
+        .is_ok()
+    );
 }
 
 #[test]
