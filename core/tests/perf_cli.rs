@@ -319,6 +319,49 @@ fn bad_flags_are_clear_errors() {
 }
 
 #[test]
+fn halving_doubling_all_reduce_checks_clean_in_pieces() {
+    // PAT at or above one slice is recursive halving then doubling; 64 KiB buffers
+    // make slices of 16 KiB and pieces of 32 KiB, so every step is cut in several.
+    for np in ["4", "6"] {
+        let out = perf_env(
+            &[
+                "--np",
+                np,
+                "-b",
+                "100K",
+                "-e",
+                "400K",
+                "-f",
+                "4",
+                "-n",
+                "1",
+                "-w",
+                "0",
+                "-c",
+                "1",
+                "-d",
+                "float,int64,bfloat16",
+                "-o",
+                "sum,avg,max",
+                "--json",
+            ],
+            &[("NCCL_ALGO", "pat"), ("NCCL_BUFFSIZE", "65536")],
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let rows = v["tests"][0]["results"].as_array().unwrap();
+        assert_eq!(rows.len(), 3 * 3 * 2, "np {np}");
+        for r in rows {
+            for place in ["out_of_place", "in_place"] {
+                assert_eq!(r[place]["nwrong"], 0, "np {np}: {r}");
+                assert_eq!(r[place]["algo"], "PAT", "np {np}: {r}");
+            }
+        }
+    }
+}
+
+#[test]
 fn recursive_doubling_all_reduce_checks_clean_on_odd_rank_counts() {
     // PAT (recursive doubling, with the ranks beyond a power of two folded in and
     // served last) for every type and op, in and out of place, on 3 and 5 ranks.

@@ -13,8 +13,8 @@ use cclkit_abi::raw::common::{Algorithm, DataType, Func, RedOp};
 use super::comm::Comm;
 use super::error::{Error, Result};
 use super::proxy::{OpRef, UserBufs};
-use super::schedule::{self, Buffer, Combine, Cut, Link, LinkClass, Plan, Prim, Span};
-use super::tune::Decision;
+use super::schedule::{self, Cut, Plan};
+use super::tune::{Decision, PatKind, pat_limit};
 
 /// One collective of a group.
 #[derive(Clone, Copy, Debug)]
@@ -349,7 +349,16 @@ impl<'c, 'b> CollGroup<'c, 'b> {
                 };
                 let plan = match (d.func, dec.algo) {
                     (Func::ALL_REDUCE, Algorithm::PAT) => {
-                        let (first, rest, peers) = rd_all_reduce(shape.rank, n, d.bytes);
+                        let (first, rest, peers) = match comm.tuning().pat_kind(d.bytes, dec.proto)
+                        {
+                            PatKind::Doubling => pat::doubling(shape.rank, n, d.bytes),
+                            PatKind::HalvingDoubling => {
+                                // A step sends at most half a FIFO before it
+                                // receives, so no message size can deadlock.
+                                let piece = (pat_limit(dec.proto) / 2 / e * e).max(e);
+                                pat::halving_doubling(shape.rank, n, d.bytes, e, piece)
+                            }
+                        };
                         comm.ensure_p2p(&peers, &peers)?;
                         // Rounds after the first fold partial results, which must not
                         // get the pre-op (avg's 1/n scaling) again.
@@ -393,120 +402,6 @@ impl<'c, 'b> CollGroup<'c, 'b> {
             comm.run(pending, proto, p2p)?;
         }
         Ok(decisions)
-    }
-}
-
-/// Recursive-doubling AllReduce on channel 0's point-to-point links: `log2 p` rounds
-/// of exchanging the whole partial result with the rank `2^k` away, among the
-/// largest power of two `p ≤ n`; each rank `p + i` first hands its input to rank
-/// `i` and gets the result back at the end. Each round computes `mine ⊕ theirs` on
-/// one side and `theirs ⊕ mine` on the other, equal for every (commutative) op, so
-/// all ranks end with the same bits, as with a ring.
-///
-/// Returns the primitives that see this rank's own input (run with the op's
-/// reduction: pre-op applied), those that only fold partial results (run without
-/// the pre-op), and the peers. The message must fit a connection's FIFO (the
-/// tuner only offers it then): a round sends everything before it receives.
-fn rd_all_reduce(me: usize, n: usize, bytes: usize) -> (Vec<Prim>, Vec<Prim>, Vec<usize>) {
-    let p = if n == 0 {
-        1
-    } else {
-        1usize << (usize::BITS - 1 - n.leading_zeros())
-    };
-    let rem = n - p;
-    let prim = |recv: Option<usize>,
-                send: Option<usize>,
-                src: Option<Buffer>,
-                dst: Option<Buffer>,
-                combine: Combine| Prim {
-        len: bytes,
-        recv: recv.map(p2p_link).into_iter().collect(),
-        send: send.map(p2p_link).into_iter().collect(),
-        src: src.map(|buf| Span { buf, offset: 0 }),
-        dst: dst.map(|buf| Span { buf, offset: 0 }),
-        combine,
-    };
-    let (mut first, mut rest, mut peers) = (Vec::new(), Vec::new(), Vec::new());
-    if bytes == 0 || n < 2 {
-        return (first, rest, peers);
-    }
-    if me >= p {
-        let q = me - p;
-        first.push(prim(
-            None,
-            Some(q),
-            Some(Buffer::Send),
-            None,
-            Combine::Copy { pre: true },
-        ));
-        rest.push(prim(
-            Some(q),
-            None,
-            None,
-            Some(Buffer::Recv),
-            Combine::Copy { pre: false },
-        ));
-        return (first, rest, vec![q]);
-    }
-    // Until its first fold, this rank's partial result is its input (send buffer);
-    // afterwards it lives in the receive buffer.
-    let mut folded = false;
-    if me < rem {
-        let q = me + p;
-        first.push(prim(
-            Some(q),
-            None,
-            Some(Buffer::Send),
-            Some(Buffer::Recv),
-            Combine::Reduce { finish: false },
-        ));
-        peers.push(q);
-        folded = true;
-    }
-    let rounds = p.trailing_zeros();
-    for k in 0..rounds {
-        let q = me ^ (1 << k);
-        peers.push(q);
-        let (part, acc) = if folded {
-            (&mut rest, Buffer::Recv)
-        } else {
-            (&mut first, Buffer::Send)
-        };
-        part.push(prim(
-            None,
-            Some(q),
-            Some(acc),
-            None,
-            Combine::Copy { pre: !folded },
-        ));
-        part.push(prim(
-            Some(q),
-            None,
-            Some(acc),
-            Some(Buffer::Recv),
-            Combine::Reduce {
-                finish: k + 1 == rounds,
-            },
-        ));
-        folded = true;
-    }
-    if me < rem {
-        rest.push(prim(
-            None,
-            Some(me + p),
-            Some(Buffer::Recv),
-            None,
-            Combine::Copy { pre: false },
-        ));
-    }
-    (first, rest, peers)
-}
-
-fn p2p_link(peer: usize) -> Link {
-    Link {
-        peer,
-        channel: 0,
-        class: LinkClass::P2p,
     }
 }
 
@@ -619,6 +514,9 @@ impl Comm {
             .map(|_| ())
     }
 }
+
+#[path = "coll_pat.rs"]
+mod pat;
 
 fn one(r: Result<Vec<Decision>>) -> Result<Decision> {
     r?.into_iter()

@@ -234,17 +234,14 @@ impl Tuning {
                 3.0,
             ),
             (Func::ALL_REDUCE, Algorithm::PAT) => {
-                // log2 rounds among the largest power of two, plus one step in and one
-                // out for the ranks beyond it; every step moves the whole message.
-                let p2 = (n.log2().floor()).exp2();
-                let s = p2.log2() + if p2 < n { 2.0 } else { 0.0 };
-                (s, s)
+                let ((s, v), _) = self.pat_shape(bytes, p);
+                (s, v)
             }
             (Func::ALL_REDUCE, _) => (2.0 * (n - 1.0), 2.0 * (n - 1.0) / n),
             (Func::ALL_GATHER | Func::REDUCE_SCATTER, _) => (n - 1.0, (n - 1.0) / n),
             _ => (n - 1.0, 1.0),
         };
-        // Recursive doubling runs on one channel whatever the others could add.
+        // PAT runs on channel 0's point-to-point links whatever others could add.
         let channels = if a == Algorithm::PAT {
             1
         } else {
@@ -252,6 +249,50 @@ impl Tuning {
         };
         let bw_bytes_per_us = m.net_gbps * 1e3 * channels as f64 * eff;
         (lat * steps + bytes as f64 * moved / bw_bytes_per_us) as f32
+    }
+
+    /// How AllReduce `PAT` runs `bytes` with `p`: `(steps, bytes moved per byte)` of
+    /// the cheaper of its two forms, and which one that is.
+    ///
+    /// Both take log2 p steps among the largest power of two p ≤ n ranks (plus one
+    /// step in and one out for the ranks beyond it). Recursive doubling exchanges the
+    /// whole message at every step (latency-bound sizes; it sends a step before
+    /// receiving one, so it is used below one slice). Recursive halving then
+    /// doubling (Rabenseifner) halves it at every reduce step and doubles it back,
+    /// moving what a ring moves in 2·log2 p steps instead of the ring's 2(n−1).
+    fn pat_shape(&self, bytes: usize, p: Protocol) -> ((f64, f64), PatKind) {
+        let n = self.model.n_ranks.max(1) as f64;
+        let p2 = (n.log2().floor()).exp2();
+        let (rounds, extra) = (p2.log2(), if p2 < n { 2.0 } else { 0.0 });
+        let halving = (2.0 * rounds + extra, 2.0 * (p2 - 1.0) / p2 + extra);
+        let doubling = (rounds + extra, rounds + extra);
+        // Doubling sends a whole round before it receives one; past one slice the
+        // forms that pipeline slices win (measured on 2 ranks: doubling is 15 %
+        // faster at 512 KiB, 25 % slower at 1 MiB with 1 MiB slices).
+        if bytes >= pat_slice(p) {
+            return (halving, PatKind::HalvingDoubling);
+        }
+        // Per-step latency against per-byte cost, as in `model_time`.
+        let (lat, bw) = (self.step_latency(), self.model.net_gbps.max(1e-9) * 1e3);
+        let cost = |(s, v): (f64, f64)| lat * s + bytes as f64 * v / bw;
+        if cost(doubling) <= cost(halving) {
+            (doubling, PatKind::Doubling)
+        } else {
+            (halving, PatKind::HalvingDoubling)
+        }
+    }
+
+    /// Which form of AllReduce `PAT` runs `bytes` with protocol `p`.
+    pub fn pat_kind(&self, bytes: usize, p: Protocol) -> PatKind {
+        self.pat_shape(bytes, p).1
+    }
+
+    /// One step's latency in µs (Simple's ring constants; see `model_time`).
+    fn step_latency(&self) -> f64 {
+        let (ai, pi) = (Algorithm::RING.0 as usize, Protocol::SIMPLE.0 as usize);
+        self.constants.baseLatencies[ai][pi]
+            + self.constants.hwLatencies[2][ai][pi]
+            + self.model.net_lat_us
     }
 
     /// The table NCCL would hand the tuner for this call.
@@ -268,11 +309,6 @@ impl Tuning {
         };
         for &a in algos {
             for p in [Protocol::LL, Protocol::LL128, Protocol::SIMPLE] {
-                // Recursive doubling sends a whole round before receiving one, so the
-                // message must fit the connection's FIFO (one slot per slice).
-                if a == Algorithm::PAT && bytes > pat_limit(p) {
-                    continue;
-                }
                 let ok = allowed_for(self.algo_env.as_deref(), func, a.name().unwrap_or(""))
                     .unwrap_or(true)
                     && allowed_for(self.proto_env.as_deref(), func, proto_env_name(p))
@@ -446,8 +482,28 @@ impl Tuning {
     }
 }
 
-/// Largest AllReduce PAT (recursive doubling) runs for `p`: the bytes of a FIFO of
-/// that protocol, with the buffer sizes communicators use (the process environment).
+/// The two forms of AllReduce `PAT` (see `Tuning::pat_kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatKind {
+    /// Recursive doubling: the whole message at every step.
+    Doubling,
+    /// Recursive halving (reduce-scatter), then recursive doubling (all-gather).
+    HalvingDoubling,
+}
+
+/// Data bytes of one slice with protocol `p` (process environment, as the FIFOs).
+fn pat_slice(p: Protocol) -> usize {
+    static SLICES: std::sync::LazyLock<[usize; 3]> = std::sync::LazyLock::new(|| {
+        let env = |k: &str| std::env::var(k).ok();
+        [Protocol::LL, Protocol::LL128, Protocol::SIMPLE]
+            .map(|p| ProtoParams::new(p, &env).map_or(0, |pp| pp.slice_data()))
+    });
+    SLICES[super::fifo::proto_index(p)]
+}
+
+/// Bytes a connection's FIFO holds with protocol `p`, with the buffer sizes
+/// communicators use (the process environment): the largest message recursive
+/// doubling takes, and the most a PAT step sends before it receives.
 pub fn pat_limit(p: Protocol) -> usize {
     static LIMITS: std::sync::LazyLock<[usize; 3]> = std::sync::LazyLock::new(|| {
         let env = |k: &str| std::env::var(k).ok();
@@ -499,10 +555,19 @@ mod tests {
             (Algorithm::PAT, Protocol::SIMPLE, 1),
             "{small:?}"
         );
-        // PAT is only offered while the message fits a FIFO.
+        // PAT doubles small messages and halves, then doubles, large ones.
+        assert_eq!(t.pat_kind(8, Protocol::SIMPLE), PatKind::Doubling);
         assert_eq!(
-            t.table(Func::ALL_REDUCE, 64 << 20, 2)[idx(Algorithm::PAT, Protocol::SIMPLE)],
-            NCCL_ALGO_PROTO_IGNORE
+            t.pat_kind(64 << 20, Protocol::SIMPLE),
+            PatKind::HalvingDoubling
+        );
+        assert_eq!(
+            tuning(2).pat_kind(512 << 10, Protocol::SIMPLE),
+            PatKind::Doubling
+        );
+        assert_eq!(
+            tuning(2).pat_kind(1 << 20, Protocol::SIMPLE),
+            PatKind::HalvingDoubling
         );
         assert!(t.table(Func::BROADCAST, 8, 2)[idx(Algorithm::PAT, Protocol::SIMPLE)] < 0.0);
         assert_eq!(
