@@ -87,10 +87,10 @@ test: symbols test-rust test-c
 
 # The main job: nccl-tests' all_reduce_perf on 4 local ranks, 8 B … 64 MiB, on the
 # embedded defaults (built-in socket transport, built-in cost-model tuner: plugins
-# installed elsewhere are not picked up). At least -n 10 timed iterations per size,
-# raised so each timed loop lasts ~200 ms: thousands at 8 B, 10 at 64 MiB. About a
+# installed elsewhere are not picked up). At least -n 20 timed iterations per size,
+# raised so each timed loop lasts ~400 ms: thousands at 8 B, 20 at 64 MiB. About a
 # minute on 2 cores. Exits non-zero if any element is wrong.
-RUN_PERF_ARGS ?= --np 4 -b 8 -e 64M -f 2 -n 10 -w 3 --iter-time 200
+RUN_PERF_ARGS ?= --np 4 -b 8 -e 64M -f 2 -n 20 -w 5 --iter-time 400
 run: package
 	@tests/packaging/inventory.sh $(LIB_DIR)
 	NCCL_NET_PLUGIN=none NCCL_TUNER_PLUGIN=none $(OUT)/cclkit perf $(RUN_PERF_ARGS)
