@@ -119,7 +119,9 @@ fn every_collective_type_and_op_on_1_2_3_4_5_8_ranks() {
             .env("CKT_BIG_BYTES", big)
             .timeout(Duration::from_secs(240));
         if small {
-            job = small_fifos(job);
+            // The multi-chunk pipelining asserted below is a ring/tree property; the
+            // log-step AllReduce (PAT) runs on the other rank counts and in perf_cli.
+            job = small_fifos(job).env("NCCL_ALGO", "allreduce:ring,tree");
         }
         let run = job.run();
         run.assert_ok();

@@ -176,8 +176,9 @@ pub(crate) fn connect<'a>(
     Ok(comm)
 }
 
-/// Bytes of heap in use in the main malloc arena (glibc `mallinfo2`): allocations
-/// made on this thread, which is where the plugin's calls run.
+/// Bytes of heap in use (glibc `mallinfo2`, summed over its arenas; blocks served by
+/// `mmap` are not included). Other threads' frees show up too, hence [`LeakMeter`]'s
+/// windows.
 pub(crate) fn heap_in_use() -> usize {
     // SAFETY: mallinfo2 only reads allocator statistics.
     unsafe { libc::mallinfo2() }.uordblks
@@ -270,9 +271,15 @@ mod tests {
 
     #[test]
     fn heap_accounting_sees_allocations() {
-        let before = heap_in_use();
-        let v: Vec<u8> = Vec::with_capacity(64 * 1024);
-        assert!(heap_in_use() >= before + 60 * 1024 || v.capacity() == 0);
-        drop(v);
+        // Other tests of this binary allocate and free concurrently: one of a few tries
+        // must see the allocation.
+        let seen = (0..20).any(|_| {
+            let before = heap_in_use();
+            let v: Vec<u8> = Vec::with_capacity(64 * 1024);
+            let grew = heap_in_use() >= before + 60 * 1024;
+            drop(std::hint::black_box(v));
+            grew
+        });
+        assert!(seen, "mallinfo2 never saw a 64 KiB allocation");
     }
 }
