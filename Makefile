@@ -1,7 +1,8 @@
 # cclkit — build, package, test.
 #
 #   make run    build everything (release) and run the main job on embedded defaults
-#   make test   build, package and run every test (workspace, C header test, symbol checks)
+#   make test   lint, build, package and run every test (workspace, C tests, symbol checks,
+#               PTX assembly check)
 #   make        build and package the plugins into build/lib under NCCL/RCCL names
 #
 # Both `run` and `test` install missing system packages with apt when run as root,
@@ -19,8 +20,8 @@ OUT          := $(TARGET_DIR)/$(PROFILE)
 LIB_DIR      := $(CURDIR)/build/lib
 
 # System packages: bindgen's libclang (net-ofi, net-ib), libfabric and verbs headers,
-# iproute2 for the network-namespace tests.
-APT_PACKAGES := libclang1-14 libclang-common-14-dev libfabric-dev libfabric-bin libibverbs-dev iproute2
+# iproute2 for the network-namespace tests, valgrind for cclkit check's leak check.
+APT_PACKAGES := libclang1-14 libclang-common-14-dev libfabric-dev libfabric-bin libibverbs-dev iproute2 valgrind
 
 # Packaging table: cargo cdylib name | kind | installed names (NCCL searches
 # libnccl-<kind>-<name>.so; RCCL searches librccl-net-<name>.so for net plugins).
@@ -32,7 +33,7 @@ PLUGINS := \
   cclkit_net_template:net:template \
   cclkit_tuner_template:tuner:template
 
-.PHONY: all deps build package symbols headers test test-rust test-c run clean
+.PHONY: all deps build package symbols headers lint test test-rust test-c run clean
 
 all: package
 
@@ -82,7 +83,12 @@ test-rust: package
 test-c: package
 	CCLKIT_LIB_DIR=$(LIB_DIR) tests/c/run.sh
 
-test: symbols test-rust test-c
+# Formatting and clippy with warnings as errors, on every crate and target.
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --profile $(PROFILE) -- -D warnings
+
+test: lint symbols test-rust test-c ptx-check
 	@echo "make test: all passed"
 
 # The main job: nccl-tests' all_reduce_perf on 4 local ranks, 8 B … 64 MiB, on the

@@ -335,3 +335,81 @@ fn split_parts_reduce_independently() {
         assert_eq!(&run.value(r, "sub"), w, "rank {r}");
     }
 }
+
+/// Issue 9: the runtime's collectives over the packaged libfabric plugin, on the
+/// `tcp;ofi_rxm` and `shm` providers, 2 and 4 ranks.
+#[test]
+fn collectives_over_the_ofi_plugin_2_and_4_ranks() {
+    rank!(collectives);
+    common_rt::packaged("libnccl-net-cclkit-ofi.so");
+    for (provider, np) in [
+        ("tcp;ofi_rxm", 2),
+        ("tcp;ofi_rxm", 4),
+        ("shm", 2),
+        ("shm", 4),
+    ] {
+        let mut job = Job::new(test_name!(), np)
+            .env("NCCL_NET_PLUGIN", "cclkit-ofi")
+            .env("LD_LIBRARY_PATH", common_rt::lib_dir().display())
+            .env("CCLKIT_STRICT", 1)
+            .env("CCLKIT_OFI_PROVIDER", provider)
+            .env("CKT_ONLY_TUNED", 1)
+            .env("CKT_SEED", 3000 + np)
+            .env("CKT_BIG_BYTES", if DEBUG { 64 << 10 } else { 256 << 10 })
+            .timeout(Duration::from_secs(240));
+        if provider.starts_with("tcp") {
+            // Both sides on loopback (plugins/net-ofi/README.md, local tests).
+            job = job
+                .env("CCLKIT_OFI_IFACE", "lo")
+                .env("CCLKIT_OFI_ADDR", "127.0.0.1");
+        }
+        let run = job.run();
+        run.assert_ok();
+        let runs = summary(&run, &format!("cclkit-ofi {provider}, {np} ranks"));
+        for f in TUNED {
+            assert!(
+                runs.keys().any(|k| k.starts_with(&format!("{f} "))),
+                "{f} never ran over {provider}: {runs:?}"
+            );
+        }
+    }
+}
+
+/// The rank program of the fallback test: which net plugin the communicator got.
+fn report_net() {
+    cclkit::log::init_from_env();
+    let comm = join();
+    emit("net", comm.net().name);
+    comm.destroy().expect("destroy");
+}
+
+/// Issue 9: an OFI provider list that matches nothing fails the plugin's `init` with
+/// the providers it saw, and the loader falls back (loudly) to the socket transport.
+#[test]
+fn ofi_with_no_matching_provider_falls_back_loudly() {
+    rank!(report_net);
+    common_rt::packaged("libnccl-net-cclkit-ofi.so");
+    let run = Job::new(test_name!(), 2)
+        .env("NCCL_NET_PLUGIN", "cclkit-ofi")
+        .env("LD_LIBRARY_PATH", common_rt::lib_dir().display())
+        .env("CCLKIT_OFI_PROVIDER", "nonesuch")
+        .timeout(Duration::from_secs(120))
+        .run();
+    run.assert_ok();
+    for r in 0..2 {
+        assert_eq!(
+            run.value(r, "net"),
+            "cclkit-socket",
+            "rank {r} fell back to the built-in socket transport"
+        );
+        let err = &run.ranks[r].stderr;
+        assert!(
+            err.contains("no usable libfabric provider") && err.contains("nonesuch"),
+            "rank {r}: {err}"
+        );
+        assert!(
+            err.contains("WARN"),
+            "the fallback is reported at WARN: {err}"
+        );
+    }
+}
