@@ -9,6 +9,6 @@ for lib in "$dir"/*.so; do
   syms=$(readelf -W --dyn-syms "$lib" | awk '$7 != "UND" && $4 == "OBJECT" {print $8}')
   for kind in Net CollNet Tuner; do
     vs=$(printf '%s\n' "$syms" | sed -n "s/^nccl${kind}Plugin_v\([0-9]*\).*/\1/p" | sort -rn | sed 's/^/v/' | tr '\n' ' ')
-    [ -n "$vs" ] && printf '%-36s %-6s %s\n' "$(basename "$lib")" "$(echo $kind | tr A-Z a-z)" "$vs"
+    if [ -n "$vs" ]; then printf '%-36s %-6s %s\n' "$(basename "$lib")" "$(echo $kind | tr A-Z a-z)" "$vs"; fi
   done
 done
