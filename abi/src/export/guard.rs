@@ -20,6 +20,7 @@ thread_local! {
 /// Message and location of the last panic caught inside a guard.
 static LAST_PANIC: Mutex<Option<(std::thread::ThreadId, String)>> = Mutex::new(None);
 static HOOK: Once = Once::new();
+static HOOK_REMOVED: Once = Once::new();
 
 /// Chains a panic hook that records panics raised inside a guard (instead of
 /// printing them) and leaves every other panic to the previous hook, so a host
@@ -46,6 +47,15 @@ fn install_hook() {
             }
         }));
     });
+}
+
+/// Removes the hook again when the library is unloaded (`.fini_array`), so its boxed
+/// closure is freed rather than left behind by every dlopen/dlclose cycle. A plugin's
+/// copy of std goes away with the library, so nothing else can observe the change.
+pub fn uninstall_hook() {
+    if HOOK.is_completed() {
+        HOOK_REMOVED.call_once(|| drop(std::panic::take_hook()));
+    }
 }
 
 fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {

@@ -265,6 +265,7 @@ macro_rules! export_net {
         const _: () = {
             extern "C" fn cclkit_net_unload() {
                 <$ty as $crate::export::net::NetExport>::state().unload();
+                $crate::export::guard::uninstall_hook();
             }
             #[used]
             #[unsafe(link_section = ".fini_array")]

@@ -88,6 +88,7 @@ macro_rules! export_tuner {
         const _: () = {
             extern "C" fn cclkit_tuner_unload() {
                 <$ty as $crate::export::tuner::TunerExport>::state().unload();
+                $crate::export::guard::uninstall_hook();
             }
             #[used]
             #[unsafe(link_section = ".fini_array")]
