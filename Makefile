@@ -20,8 +20,9 @@ OUT          := $(TARGET_DIR)/$(PROFILE)
 LIB_DIR      := $(CURDIR)/build/lib
 
 # System packages: bindgen's libclang (net-ofi, net-ib), libfabric and verbs headers,
-# iproute2 for the network-namespace tests, valgrind for cclkit check's leak check.
-APT_PACKAGES := libclang1-14 libclang-common-14-dev libfabric-dev libfabric-bin libibverbs-dev iproute2 valgrind
+# iproute2 for the network-namespace tests, valgrind for cclkit check's leak check,
+# Open MPI for the mpirun launcher test and the MPI comparison benchmark.
+APT_PACKAGES := libclang1-14 libclang-common-14-dev libfabric-dev libfabric-bin libibverbs-dev iproute2 valgrind openmpi-bin libopenmpi-dev
 
 # Packaging table: cargo cdylib name | kind | installed names (NCCL searches
 # libnccl-<kind>-<name>.so; RCCL searches librccl-net-<name>.so for net plugins).
