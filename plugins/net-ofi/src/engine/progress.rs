@@ -66,7 +66,14 @@ impl Engine {
                         continue;
                     };
                     let recv = self.slots[idx as usize].recv;
-                    let msg = if err.err == sys::FI_ETRUNC as i32 {
+                    let msg = if err.err == sys::FI_ETRUNC as i32 && err.len + err.olen == 0 {
+                        // Some providers (tcp;ofi_rxm) report no sizes for a truncation.
+                        format!(
+                            "message truncated: the peer sent more than the posted receive \
+                             (the provider reported no sizes) ({})",
+                            err.to_fi_error("fi_trecv")
+                        )
+                    } else if err.err == sys::FI_ETRUNC as i32 {
                         format!(
                             "message truncated: {} bytes arrived for a receive of {} ({})",
                             err.len + err.olen,
