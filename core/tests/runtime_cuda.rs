@@ -107,22 +107,7 @@ fn device_collectives() {
 
 /// The GDR test plugin, compiled for this test.
 fn gdr_plugin(dir: &tempfile::TempDir) -> PathBuf {
-    let out = dir.path().join("libnccl-net-gdr.so");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let status = std::process::Command::new(&cc)
-        .args([
-            "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-I",
-        ])
-        .arg(root.join("../abi/include"))
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("tests/cuda/net_gdr.c"))
-        .arg("-ldl")
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e}"));
-    assert!(status.success(), "compiling net_gdr.c failed: {status}");
-    out
+    common_rt::compile_plugin(dir, "nccl-net-gdr", "cuda/net_gdr.c")
 }
 
 fn emulated_job(test: &str, np: usize) -> Job {

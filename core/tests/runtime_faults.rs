@@ -241,22 +241,7 @@ fn wrong_unique_id_is_a_clear_error() {
 
 /// The failing plugin, compiled for this test.
 fn failing_plugin(dir: &tempfile::TempDir) -> PathBuf {
-    let out = dir.path().join("libnccl-net-failing.so");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let status = std::process::Command::new(&cc)
-        .args([
-            "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-I",
-        ])
-        .arg(root.join("../abi/include"))
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("tests/common_rt/net_fail.c"))
-        .arg("-ldl")
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e}"));
-    assert!(status.success(), "compiling net_fail.c failed: {status}");
-    out
+    common_rt::compile_plugin(dir, "nccl-net-failing", "common_rt/net_fail.c")
 }
 
 #[test]

@@ -81,65 +81,39 @@ impl<'a> Group<'a> {
         }
         comm.ensure_p2p(&peers_send, &peers_recv)?;
         // Sends to self pair with receives from self, in order, as one local copy.
-        let mut self_recvs: Vec<usize> = Vec::new();
         let mut plans = Vec::new();
-        let mut empty: [u8; 0] = [];
-        let mut pending_self_sends: Vec<&[u8]> = Vec::new();
-        let mut items = self.items;
-        for (i, item) in items.iter().enumerate() {
-            if let Item::Recv(_, p) = item
-                && *p == me
-            {
-                self_recvs.push(i);
-            }
-        }
-        let mut self_recv_bufs: Vec<&mut [u8]> = Vec::new();
+        let mut self_sends: Vec<&[u8]> = Vec::new();
+        let mut self_recvs: Vec<&mut [u8]> = Vec::new();
         let mut others = Vec::new();
-        for item in items.drain(..) {
+        for item in self.items {
             match item {
-                Item::Send(b, p) if p == me => pending_self_sends.push(b),
-                Item::Recv(b, p) if p == me => self_recv_bufs.push(b),
+                Item::Send(b, p) if p == me => self_sends.push(b),
+                Item::Recv(b, p) if p == me => self_recvs.push(b),
                 other => others.push(other),
             }
         }
         // NCCL would hang on an unmatched one; say so instead.
-        if pending_self_sends.len() != self_recv_bufs.len() {
+        if self_sends.len() != self_recvs.len() {
             return Err(super::error::Error::invalid_usage(format!(
                 "rank {me}: {} send(s) to self but {} receive(s) from self in one group",
-                pending_self_sends.len(),
-                self_recv_bufs.len()
+                self_sends.len(),
+                self_recvs.len()
             )));
         }
-        let pairs = pending_self_sends.len();
-        let mut self_recv_iter = self_recv_bufs.into_iter();
-        for k in 0..pairs {
-            let s = pending_self_sends.get(k).copied().unwrap_or(&[]);
-            let r = self_recv_iter.next();
-            let (ops, bufs) = match r {
-                Some(r) => {
-                    let ops = vec![
-                        P2pOp::Send {
-                            peer: me,
-                            offset: 0,
-                            len: s.len(),
-                        },
-                        P2pOp::Recv {
-                            peer: me,
-                            offset: 0,
-                            len: r.len(),
-                        },
-                    ];
-                    (ops, Comm::bufs(s, r))
-                }
-                None => (
-                    vec![P2pOp::Send {
-                        peer: me,
-                        offset: 0,
-                        len: s.len(),
-                    }],
-                    Comm::bufs(s, &mut empty),
-                ),
-            };
+        for (s, r) in self_sends.into_iter().zip(self_recvs) {
+            let ops = [
+                P2pOp::Send {
+                    peer: me,
+                    offset: 0,
+                    len: s.len(),
+                },
+                P2pOp::Recv {
+                    peer: me,
+                    offset: 0,
+                    len: r.len(),
+                },
+            ];
+            let bufs = Comm::bufs(s, r);
             plans.push((vec![schedule::p2p(&shape, &ops, 0)?], OpRef { bufs, red }));
         }
         for item in others {
@@ -173,7 +147,6 @@ impl<'a> Group<'a> {
             };
             plans.push((vec![schedule::p2p(&shape, &ops, 0)?], OpRef { bufs, red }));
         }
-        let _ = self_recvs;
         comm.run(plans, Protocol::SIMPLE, true)
     }
 }

@@ -184,6 +184,14 @@ pub struct Cut {
 /// Per-channel primitive lists for one operation on one rank.
 pub type Plan = Vec<Vec<Prim>>;
 
+/// This rank's ring links on channel `ch`: (send to next, receive from previous).
+fn ring_links(s: &Shape, ch: usize) -> (Link, Link) {
+    (
+        link(s.ring.after(1), ch, LinkClass::Ring),
+        link(s.ring.before(1), ch, LinkClass::Ring),
+    )
+}
+
 fn link(peer: usize, channel: usize, class: LinkClass) -> Link {
     Link {
         peer,
@@ -226,10 +234,7 @@ pub fn ring_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
         return local_reduce(cut, bytes);
     }
     loops(bytes, n, cut, |ch, base, piece| {
-        let (next, prev) = (
-            link(s.ring.after(1), ch, LinkClass::Ring),
-            link(s.ring.before(1), ch, LinkClass::Ring),
-        );
+        let (next, prev) = ring_links(s, ch);
         let end = (base + n * piece).min(bytes);
         // Chunk owned by the rank `k` positions after us in the ring order.
         let at = |k: usize| base + s.ring.order[(s.ring.index + k) % n] * piece;
@@ -348,10 +353,7 @@ pub fn ring_broadcast(s: &Shape, bytes: usize, root: usize, cut: Cut) -> Result<
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (
-            link(s.ring.after(1), ch, LinkClass::Ring),
-            link(s.ring.before(1), ch, LinkClass::Ring),
-        );
+        let (next, prev) = ring_links(s, ch);
         let prim = Prim::new(len);
         plan[ch].push(if pos == 0 {
             prim.src(Buffer::Send, off)
@@ -373,10 +375,7 @@ pub fn ring_reduce(s: &Shape, bytes: usize, root: usize, cut: Cut) -> Result<Pla
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (
-            link(s.ring.after(1), ch, LinkClass::Ring),
-            link(s.ring.before(1), ch, LinkClass::Ring),
-        );
+        let (next, prev) = ring_links(s, ch);
         let prim = Prim::new(len).src(Buffer::Send, off);
         plan[ch].push(if n == 1 {
             prim.dst(Buffer::Recv, off)
@@ -402,10 +401,7 @@ pub fn ring_all_gather(s: &Shape, bytes: usize, cut: Cut) -> Plan {
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (
-            link(s.ring.after(1), ch, LinkClass::Ring),
-            link(s.ring.before(1), ch, LinkClass::Ring),
-        );
+        let (next, prev) = ring_links(s, ch);
         let p = &mut plan[ch];
         let at = |rank: usize| rank * bytes + off;
         p.push(
@@ -430,10 +426,7 @@ pub fn ring_reduce_scatter(s: &Shape, bytes: usize, cut: Cut) -> Plan {
     let mut plan: Plan = vec![Vec::new(); cut.channels];
     loops(bytes, 1, cut, |ch, off, piece| {
         let len = piece_len(off, piece, bytes);
-        let (next, prev) = (
-            link(s.ring.after(1), ch, LinkClass::Ring),
-            link(s.ring.before(1), ch, LinkClass::Ring),
-        );
+        let (next, prev) = ring_links(s, ch);
         let p = &mut plan[ch];
         let at = |rank: usize| rank * bytes + off;
         if n == 1 {

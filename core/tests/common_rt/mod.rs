@@ -119,6 +119,27 @@ pub fn plugin_net() -> Vec<(String, String)> {
     ]
 }
 
+/// Compiles the C net plugin `source` (relative to `core/tests/`) against the committed
+/// ABI header into `dir/lib<name>.so`, warnings as errors.
+pub fn compile_plugin(dir: &tempfile::TempDir, name: &str, source: &str) -> PathBuf {
+    let out = dir.path().join(format!("lib{name}.so"));
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = std::process::Command::new(&cc)
+        .args([
+            "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-I",
+        ])
+        .arg(root.join("../abi/include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("tests").join(source))
+        .arg("-ldl")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e}"));
+    assert!(status.success(), "compiling {source} failed: {status}");
+    out
+}
+
 /// Whether a library whose file name contains `name` is mapped into this process.
 pub fn mapped(name: &str) -> bool {
     std::fs::read_to_string("/proc/self/maps").is_ok_and(|m| m.contains(name))
