@@ -86,16 +86,16 @@ fn derived_magic(parts: &[&str]) -> u64 {
 }
 
 fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr> {
-    (host, port)
+    let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| Error::system(format!("{what}: cannot resolve {host}: {e}")))?
+        .collect();
+    // IPv4 first (what the other ranks most likely reach), else whatever resolved.
+    addrs
+        .iter()
         .find(|a| a.is_ipv4())
-        .or_else(|| {
-            (host, port)
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut i| i.next())
-        })
+        .or(addrs.first())
+        .copied()
         .ok_or_else(|| Error::system(format!("{what}: {host} has no address")))
 }
 
