@@ -252,7 +252,29 @@ impl Av {
 
 impl Endpoint {
     /// Opens an endpoint for `info`, binds `cq` (send and receive) and `av`, enables it.
+    ///
+    /// `fi_enable` is retried once after `-FI_EBUSY`: the `shm` provider names its
+    /// region after this process's PID and refuses a leftover region of a killed
+    /// process whose PID the kernel has since reused for us, unlinking it as it
+    /// refuses, so the second attempt creates a fresh region.
     pub fn open(
+        domain: &Arc<Domain>,
+        info: InfoRef<'_>,
+        cq: &Arc<Cq>,
+        av: &Arc<Av>,
+    ) -> FiResult<Self> {
+        match Self::open_once(domain, info, cq, av) {
+            Err(e) if e.call == "fi_enable" && e.code == sys::FI_EBUSY as i32 => {
+                cclkit_abi::nccl_warn!(
+                    "NET/OFI: {e}; retrying once (a stale region left by a killed process with this PID)"
+                );
+                Self::open_once(domain, info, cq, av)
+            }
+            other => other,
+        }
+    }
+
+    fn open_once(
         domain: &Arc<Domain>,
         info: InfoRef<'_>,
         cq: &Arc<Cq>,

@@ -181,6 +181,22 @@ impl Drop for Peer {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        remove_shm_regions(self.child.id());
+    }
+}
+
+/// Removes the `shm` regions (`/dev/shm/<pid>:…`) a killed or exited peer left:
+/// a later process given the same PID would find them in its way (see
+/// `tests/stale_shm.rs`). Called only once the peer is reaped.
+fn remove_shm_regions(pid: u32) {
+    let prefix = format!("{pid}:");
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
