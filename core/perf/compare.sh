@@ -42,6 +42,7 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpicc -O2 -o "$work/mpi_allreduce" "$here/mpi_allreduce.c"
+cc -O2 -o "$work/tcp_exchange" "$here/tcp_exchange.c"
 
 mpirun_flags=(--oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$MPI_IF")
 [[ $(id -u) == 0 ]] && mpirun_flags+=(--allow-run-as-root)
@@ -100,5 +101,14 @@ for np in $NPS; do
       if (n > 0) printf "# %d ranks, >= 1 MiB: busbw cclkit/MPI geometric mean %.2f, min %.2f, max %.2f over %d sizes\n", np, exp(lsum / n), min, max, n
     }'
 done
+# The floor under the 8-byte rows on 2 ranks: a bare 8-byte exchange in C over the
+# two connection models (MPI: one socket per peer pair; NCCL's net API: a one-way
+# send comm and a one-way receive comm, so each message costs a pure ACK).
+echo "#"
+echo "# raw TCP 8-byte exchange between 2 processes, best of $REPEAT (core/perf/tcp_exchange.c):"
+for ((r = 0; r < REPEAT; r++)); do prio "$work/tcp_exchange" 100000; done |
+  awk -F': ' '{ split($2, f, " "); if (!($1 in t) || f[1] < t[$1]) t[$1] = f[1]; if (!($1 in o)) o[$1] = n++ }
+    END { for (k in t) line[o[k]] = sprintf("#   %s: %.2f us", k, t[k]); for (i = 0; i < n; i++) print line[i] }' ||
+  status=1
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status
