@@ -98,17 +98,21 @@ fn mpirun_starts_a_job() {
 }
 
 /// A MASTER_PORT whose successor (where rank 0 hosts the root, on every address) is
-/// free now. Taken below the kernel's ephemeral range (32768 and up by default), so
-/// the connections other tests open meanwhile cannot take it before the root binds.
-fn master_port(attempt: u16) -> u16 {
-    let pid = u16::try_from(std::process::id() % 4000).unwrap_or(0);
-    (0..4000u16)
-        .map(|i| 20000 + (pid + attempt * 331 + i * 7) % 10000)
+/// free now. Taken below the kernel's ephemeral range (32768 and up by default): in
+/// this network namespace the other tests bind only ephemeral ports, so neither
+/// their listeners nor outgoing connections can take it before rank 0 binds it.
+fn master_port() -> u16 {
+    let offset = (std::process::id() % 10000) as u16;
+    (0..10000u16)
+        .map(|i| 20000 + (offset + i) % 10000)
         .find(|p| std::net::TcpListener::bind(("0.0.0.0", p + 1)).is_ok())
-        .expect("a free port between 20000 and 30000")
+        .expect("a free port between 20001 and 30000")
 }
 
-fn torchrun_job(port: u16, world: usize) -> Vec<Output> {
+#[test]
+fn torchrun_environment_starts_a_job() {
+    let port = master_port();
+    let world = 2;
     let children: Vec<Child> = (0..world)
         .map(|rank| {
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
@@ -122,23 +126,7 @@ fn torchrun_job(port: u16, world: usize) -> Vec<Output> {
             base(&mut cmd).spawn().expect("spawn cclkit")
         })
         .collect();
-    wait_all(children, Duration::from_secs(120))
-}
-
-#[test]
-fn torchrun_environment_starts_a_job() {
-    let world = 2;
-    // Another process may still bind the port between the probe and rank 0's bind:
-    // that one failure (and only it) is retried on another port.
-    let mut attempt = 0;
-    let outs = loop {
-        let outs = torchrun_job(master_port(attempt), world);
-        let in_use = String::from_utf8_lossy(&outs[0].stderr).contains("Address already in use");
-        if !(in_use && attempt < 3) {
-            break outs;
-        }
-        attempt += 1;
-    };
+    let outs = wait_all(children, Duration::from_secs(120));
     for (r, o) in outs.iter().enumerate() {
         assert!(
             o.status.success(),
