@@ -31,8 +31,12 @@ PLUGINS := \
   cclkit_net_ofi:net:cclkit-ofi \
   cclkit_net_ib:net:cclkit-ib \
   cclkit_tuner:tuner:cclkit \
+  cclkit_env_toml:env:cclkit \
+  cclkit_profiler_trace:profiler:cclkit \
   cclkit_net_template:net:template \
-  cclkit_tuner_template:tuner:template
+  cclkit_tuner_template:tuner:template \
+  cclkit_env_template:env:template \
+  cclkit_profiler_template:profiler:template
 
 .PHONY: all deps build package symbols headers lint test test-rust test-c run clean
 
@@ -103,10 +107,10 @@ run: package
 	NCCL_NET_PLUGIN=none NCCL_TUNER_PLUGIN=none $(OUT)/cclkit perf $(RUN_PERF_ARGS)
 
 # cclkit perf vs Open MPI's MPI_Allreduce over TCP, 2 and 4 local ranks, same sizes
-# (core/perf/compare.sh; needs openmpi-bin and libopenmpi-dev).
+# (core/cli/perf/compare.sh; needs openmpi-bin and libopenmpi-dev).
 .PHONY: perf-compare
 perf-compare: build
-	NCCL_NET_PLUGIN=none NCCL_TUNER_PLUGIN=none core/perf/compare.sh $(OUT)/cclkit
+	NCCL_NET_PLUGIN=none NCCL_TUNER_PLUGIN=none core/cli/perf/compare.sh $(OUT)/cclkit
 
 clean:
 	rm -rf build

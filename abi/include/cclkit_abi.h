@@ -1,4 +1,4 @@
-/* cclkit: NCCL/RCCL net (v6-v12), CollNet (v6-v12) and tuner (v1-v6) plugin ABIs, byte-exact. */
+/* cclkit: NCCL/RCCL net (v6-v12), CollNet (v6-v12), tuner (v1-v6) and profiler (v1-v7) plugin ABIs, byte-exact. */
 
 #ifndef CCLKIT_ABI_H
 #define CCLKIT_ABI_H
@@ -70,6 +70,40 @@ typedef int32_t ncclNetDeviceType;
 #define NCCL_NET_DEVICE_GIN_GDAKI 3
 #define NCCL_NET_DEVICE_GIN_GPI 4
 
+typedef int32_t ncclProfilerEventState_t;
+#define ncclProfilerProxyOpSendPosted 0
+#define ncclProfilerProxyOpSendRemFifoWait 1
+#define ncclProfilerProxyOpSendTransmitted 2
+#define ncclProfilerProxyOpSendDone 3
+#define ncclProfilerProxyOpRecvPosted 4
+#define ncclProfilerProxyOpRecvReceived 5
+#define ncclProfilerProxyOpRecvTransmitted 6
+#define ncclProfilerProxyOpRecvDone 7
+#define ncclProfilerProxyStepSendGPUWait 8
+#define ncclProfilerProxyStepSendWait 9
+#define ncclProfilerProxyStepRecvWait 10
+#define ncclProfilerProxyStepRecvFlushWait 11
+#define ncclProfilerProxyStepRecvGPUWait 12
+#define ncclProfilerProxyCtrlIdle 13
+#define ncclProfilerProxyCtrlActive 14
+#define ncclProfilerProxyCtrlSleep 15
+#define ncclProfilerProxyCtrlWakeup 16
+#define ncclProfilerProxyCtrlAppend 17
+#define ncclProfilerProxyCtrlAppendEnd 18
+#define ncclProfilerProxyOpInProgress_v4 19
+#define ncclProfilerProxyStepSendPeerWait_v4 20
+#define ncclProfilerNetPluginUpdate 21
+#define ncclProfilerKernelChStop 22
+#define ncclProfilerGroupStartApiStop 23
+#define ncclProfilerGroupEndApiStart 24
+#define ncclProfilerCeCollStart 25
+#define ncclProfilerCeCollComplete 26
+#define ncclProfilerCeSyncStart 27
+#define ncclProfilerCeSyncComplete 28
+#define ncclProfilerCeBatchStart 29
+#define ncclProfilerCeBatchComplete 30
+#define ncclProfilerKernelPhaseStop 31
+
 typedef int32_t ncclAlgorithm_t;
 #define NCCL_ALGO_UNDEF -1
 #define NCCL_ALGO_TREE 0
@@ -85,6 +119,24 @@ typedef int32_t ncclProtocol_t;
 #define NCCL_PROTO_LL 0
 #define NCCL_PROTO_LL128 1
 #define NCCL_PROTO_SIMPLE 2
+
+/* Profiler event-type bits (ncclProfile*). */
+#define ncclProfileGroup 1
+#define ncclProfileColl 2
+#define ncclProfileP2p 4
+#define ncclProfileProxyOp 8
+#define ncclProfileProxyStep 16
+#define ncclProfileProxyCtrl 32
+#define ncclProfileKernelCh 64
+#define ncclProfileNetPlugin 128
+#define ncclProfileGroupApi 256
+#define ncclProfileCollApi 512
+#define ncclProfileP2pApi 1024
+#define ncclProfileKernelLaunch 2048
+#define ncclProfileCeColl 4096
+#define ncclProfileCeSync 8192
+#define ncclProfileCeBatch 16384
+#define ncclProfileKernelPhase 32768
 
 
 // Most entries NCCL provides for a receive (`int sizes[64]`).
@@ -242,6 +294,46 @@ typedef int32_t ncclProtocol_t;
 
 // `NCCL_STEPS`: slots per connection per protocol.
 #define NCCL_STEPS 8
+
+// `ncclProfilerNetEventStart`: start an event; NCCL writes the handle to `*eHandle`
+// (or leaves it untouched when NetPlugin events are not active).
+#define NET_EVENT_START 0
+
+// `ncclProfilerNetEventStop`: stop the event in `*eHandle`.
+#define NET_EVENT_STOP 1
+
+// `ncclProfilerNetEventUpdate`: record `extData` as a `NetPluginUpdate` state.
+#define NET_EVENT_UPDATE 2
+
+// `ncclProfilerNetEventUpdateAndStop`: update, then stop.
+#define NET_EVENT_UPDATE_AND_STOP 3
+
+// `NCCL_PROFILER_NET_VER_BITS`: the low bits of a plugin id hold the descriptor version.
+#define NCCL_PROFILER_NET_VER_BITS 16
+
+// `NCCL_PROFILER_NET_VER_MASK`.
+#define NCCL_PROFILER_NET_VER_MASK (~0u >> NCCL_PROFILER_NET_VER_BITS)
+
+// `NCCL_PROFILER_NET_TYPE_MASK`.
+#define NCCL_PROFILER_NET_TYPE_MASK (~0u << NCCL_PROFILER_NET_VER_BITS)
+
+// `NCCL_PROFILER_NET_TYPE_IB`: InfiniBand descriptors ([`ncclProfilerNetIbDescr_v1_t`]).
+#define NCCL_PROFILER_NET_TYPE_IB (1 << NCCL_PROFILER_NET_VER_BITS)
+
+// `NCCL_PROFILER_NET_TYPE_SOCK`: socket descriptors ([`ncclProfilerNetSockDescr_v1_t`]).
+#define NCCL_PROFILER_NET_TYPE_SOCK (2 << NCCL_PROFILER_NET_VER_BITS)
+
+// `NCCL_PROFILER_NET_IB_VER`.
+#define NCCL_PROFILER_NET_IB_VER 1
+
+// `NCCL_PROFILER_NET_SOCKET_VER`.
+#define NCCL_PROFILER_NET_SOCKET_VER 1
+
+// `ncclProfileQp`: the one IB event type (descriptor `type`).
+#define NCCL_PROFILE_QP 1
+
+// `ncclProfileSocket`: the one socket event type (descriptor `type`).
+#define NCCL_PROFILE_SOCKET 1
 
 // `ncclDebugLogger_t`: NCCL's printf-style, C-variadic logger.
 //
@@ -1628,5 +1720,1036 @@ typedef struct {
   // `getChunkSize(…)`, optional (NULL allowed).
   ncclTunerGetChunkSize_fn getChunkSize;
 } ncclTuner_v6_t;
+
+// v1–v3 `init(context, eActivationMask)`.
+typedef ncclResult_t (*ncclProfilerInitV1_fn)(void **context, int *eActivationMask);
+
+// `coll` member of the v1 descriptor (96 bytes).
+typedef struct {
+  // Communicator name.
+  const char *name;
+  // Communicator hash.
+  uint64_t commHash;
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // `ncclFunc_t` as a byte.
+  uint8_t func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // `ncclDataType_t` as a byte.
+  uint8_t datatype;
+  // `ncclRedOp_t`.
+  uint32_t op;
+  // Bytes moved over the network.
+  uintptr_t trafficBytes;
+  // Channels used at most.
+  uint8_t nMaxChannels;
+  // Warps per block.
+  uint8_t nWarps;
+  // `ncclAlgorithm_t` as a byte.
+  uint8_t algo;
+  // `ncclProtocol_t` as a byte.
+  uint8_t proto;
+  // Non-zero for a CollNet algorithm.
+  int isCollnet;
+  // Non-zero for an NVLS algorithm.
+  int isNvls;
+} ncclProfilerCollDescr_v1_t;
+
+// `p2p` member of the v1 descriptor (56 bytes).
+typedef struct {
+  // Communicator name.
+  const char *name;
+  // Communicator hash.
+  uint64_t commHash;
+  // `ncclFunc_t` as a byte (Send or Recv).
+  uint8_t func;
+  // User buffer.
+  void *buff;
+  // `ncclDataType_t` as a byte.
+  uint8_t datatype;
+  // Element count.
+  uintptr_t count;
+  // Remote rank.
+  int peer;
+} ncclProfilerP2pDescr_v1_t;
+
+// `ncclPid_t` on Linux (`pid_t`).
+typedef int ncclPid_t;
+
+// `proxyOp` member of every descriptor version (24 bytes).
+typedef struct {
+  // Pid of the process that posted the operation.
+  ncclPid_t pid;
+  // Channel of this proxy operation.
+  uint8_t channelId;
+  // Remote rank.
+  int peer;
+  // Steps in the operation.
+  int nSteps;
+  // Bytes per step.
+  int chunkSize;
+  // Non-zero for a send.
+  int isSend;
+} ncclProfilerProxyOpDescr_v1_t;
+
+// `proxyStep` member of every descriptor version (4 bytes).
+typedef struct {
+  // Step number within the proxy operation.
+  int step;
+} ncclProfilerProxyStepDescr_v1_t;
+
+// The v1 descriptor's union (96 bytes).
+typedef union {
+  // `ncclProfileColl`.
+  ncclProfilerCollDescr_v1_t coll;
+  // `ncclProfileP2p`.
+  ncclProfilerP2pDescr_v1_t p2p;
+  // `ncclProfileProxyOp`.
+  ncclProfilerProxyOpDescr_v1_t proxyOp;
+  // `ncclProfileProxyStep`.
+  ncclProfilerProxyStepDescr_v1_t proxyStep;
+} ncclProfilerEventDescrUnion_v1_t;
+
+// `ncclProfilerEventDescr_v1_t` (120 bytes).
+typedef struct {
+  // One `ncclProfile*` bit (a byte before v5).
+  uint8_t type_;
+  // The parent's event handle (NULL for roots or when the parent was declined).
+  void *parentObj;
+  // Originating rank.
+  int rank;
+  // The member selected by `type_`.
+  ncclProfilerEventDescrUnion_v1_t u;
+} ncclProfilerEventDescr_v1_t;
+
+// `stopEvent(eHandle)`, the same in every version.
+typedef ncclResult_t (*ncclProfilerStopEvent_fn)(void *eHandle);
+
+// `proxyOp` member of the v1–v3 state arguments.
+typedef struct {
+  // Bytes transferred so far.
+  uintptr_t transSize;
+  // Steps completed so far.
+  int steps;
+} ncclProfilerProxyOpStateArgs_v1_t;
+
+// `proxyCtrl` member of the state arguments (every version).
+typedef struct {
+  // Proxy operations appended by this `ProxyCtrlAppendEnd`.
+  int appendedProxyOps;
+} ncclProfilerProxyCtrlStateArgs_v1_t;
+
+// `ncclProfilerEventStateArgs_v1_t` (= v2 = v3), 16 bytes.
+typedef union {
+  // For ProxyOp states.
+  ncclProfilerProxyOpStateArgs_v1_t proxyOp;
+  // For `ProxyCtrlAppendEnd`.
+  ncclProfilerProxyCtrlStateArgs_v1_t proxyCtrl;
+} ncclProfilerEventStateArgs_v1_t;
+
+// v1–v3 `recordEventState(eHandle, eState, eStateArgs)`.
+typedef ncclResult_t (*ncclProfilerRecordEventStateV1_fn)(void *eHandle,
+                                                          ncclProfilerEventState_t eState,
+                                                          ncclProfilerEventStateArgs_v1_t *eStateArgs);
+
+// `finalize(context)`, the same in every version.
+typedef ncclResult_t (*ncclProfilerFinalize_fn)(void *context);
+
+// `ncclProfiler_v1_t`: the table exported as `ncclProfiler_v1` (48 bytes).
+typedef struct {
+  // Profiler name (data, not a function).
+  const char *name;
+  // `init(context, eActivationMask)`.
+  ncclProfilerInitV1_fn init;
+  // `startEvent(context, eHandle, eDescr)`; `*eHandle = NULL` declines the event.
+  ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v1_t *eDescr);
+  // `stopEvent(eHandle)`.
+  ncclProfilerStopEvent_fn stopEvent;
+  // `recordEventState(eHandle, eState, eStateArgs)`.
+  ncclProfilerRecordEventStateV1_fn recordEventState;
+  // `finalize(context)`.
+  ncclProfilerFinalize_fn finalize;
+} ncclProfiler_v1_t;
+
+// `coll` member of the v2 descriptor (104 bytes).
+typedef struct {
+  // Communicator name.
+  const char *name;
+  // Communicator hash.
+  uint64_t commHash;
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Bytes moved over the network.
+  uintptr_t trafficBytes;
+  // Channels used at most.
+  uint8_t nMaxChannels;
+  // Warps per block.
+  uint8_t nWarps;
+  // Algorithm name (`"RING"`, …).
+  const char *algo;
+  // Protocol name (`"SIMPLE"`, …).
+  const char *proto;
+} ncclProfilerCollDescr_v2_t;
+
+// `p2p` member of the v2 and v3 descriptors (56 bytes).
+typedef struct {
+  // Communicator name.
+  const char *name;
+  // Communicator hash.
+  uint64_t commHash;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // User buffer.
+  void *buff;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Element count.
+  uintptr_t count;
+  // Remote rank.
+  int peer;
+} ncclProfilerP2pDescr_v2_t;
+
+// The v2 descriptor's union (104 bytes).
+typedef union {
+  // `ncclProfileColl`.
+  ncclProfilerCollDescr_v2_t coll;
+  // `ncclProfileP2p`.
+  ncclProfilerP2pDescr_v2_t p2p;
+  // `ncclProfileProxyOp`.
+  ncclProfilerProxyOpDescr_v1_t proxyOp;
+  // `ncclProfileProxyStep`.
+  ncclProfilerProxyStepDescr_v1_t proxyStep;
+} ncclProfilerEventDescrUnion_v2_t;
+
+// `ncclProfilerEventDescr_v2_t` (128 bytes).
+typedef struct {
+  // One `ncclProfile*` bit (a byte before v5).
+  uint8_t type_;
+  // The parent's event handle (NULL for roots or when the parent was declined).
+  void *parentObj;
+  // Originating rank.
+  int rank;
+  // The member selected by `type_`.
+  ncclProfilerEventDescrUnion_v2_t u;
+} ncclProfilerEventDescr_v2_t;
+
+// `ncclProfiler_v2_t`: the table exported as `ncclProfiler_v2` (48 bytes).
+typedef struct {
+  // Profiler name (data, not a function).
+  const char *name;
+  // `init(context, eActivationMask)`.
+  ncclProfilerInitV1_fn init;
+  // `startEvent(context, eHandle, eDescr)`; `*eHandle = NULL` declines the event.
+  ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v2_t *eDescr);
+  // `stopEvent(eHandle)`.
+  ncclProfilerStopEvent_fn stopEvent;
+  // `recordEventState(eHandle, eState, eStateArgs)`.
+  ncclProfilerRecordEventStateV1_fn recordEventState;
+  // `finalize(context)`.
+  ncclProfilerFinalize_fn finalize;
+} ncclProfiler_v2_t;
+
+// `coll` member of the v3 descriptor (96 bytes).
+typedef struct {
+  // Communicator name.
+  const char *name;
+  // Communicator hash.
+  uint64_t commHash;
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Channels used at most.
+  uint8_t nMaxChannels;
+  // Warps per block.
+  uint8_t nWarps;
+  // Algorithm name (`"RING"`, …).
+  const char *algo;
+  // Protocol name (`"SIMPLE"`, …).
+  const char *proto;
+} ncclProfilerCollDescr_v3_t;
+
+// `p2p` member of the v3 descriptor: the v2 layout.
+typedef ncclProfilerP2pDescr_v2_t ncclProfilerP2pDescr_v3_t;
+
+// `kernelCh` member in v3 (1 byte).
+typedef struct {
+  // Channel id.
+  uint8_t channelId;
+} ncclProfilerKernelChDescr_v3_t;
+
+// `netPlugin` member from v3 (16 bytes): what a net plugin passed to the callback.
+typedef struct {
+  // Plugin id: net type in the high 16 bits, descriptor version in the low 16.
+  int64_t id;
+  // The net plugin's own descriptor (e.g. [`ncclProfilerNetSockDescr_v1_t`]).
+  void *data;
+} ncclProfilerNetPluginDescr_v3_t;
+
+// The v3 descriptor's union (96 bytes).
+typedef union {
+  // `ncclProfileColl`.
+  ncclProfilerCollDescr_v3_t coll;
+  // `ncclProfileP2p`.
+  ncclProfilerP2pDescr_v3_t p2p;
+  // `ncclProfileProxyOp`.
+  ncclProfilerProxyOpDescr_v1_t proxyOp;
+  // `ncclProfileProxyStep`.
+  ncclProfilerProxyStepDescr_v1_t proxyStep;
+  // `ncclProfileKernelCh`.
+  ncclProfilerKernelChDescr_v3_t kernelCh;
+  // `ncclProfileNetPlugin`.
+  ncclProfilerNetPluginDescr_v3_t netPlugin;
+} ncclProfilerEventDescrUnion_v3_t;
+
+// `ncclProfilerEventDescr_v3_t` (120 bytes).
+typedef struct {
+  // One `ncclProfile*` bit (a byte before v5).
+  uint8_t type_;
+  // The parent's event handle (NULL for roots or when the parent was declined).
+  void *parentObj;
+  // Originating rank.
+  int rank;
+  // The member selected by `type_`.
+  ncclProfilerEventDescrUnion_v3_t u;
+} ncclProfilerEventDescr_v3_t;
+
+// `ncclProfiler_v3_t`: the table exported as `ncclProfiler_v3` (48 bytes).
+typedef struct {
+  // Profiler name (data, not a function).
+  const char *name;
+  // `init(context, eActivationMask)`.
+  ncclProfilerInitV1_fn init;
+  // `startEvent(context, eHandle, eDescr)`; `*eHandle = NULL` declines the event.
+  ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v3_t *eDescr);
+  // `stopEvent(eHandle)`.
+  ncclProfilerStopEvent_fn stopEvent;
+  // `recordEventState(eHandle, eState, eStateArgs)`.
+  ncclProfilerRecordEventStateV1_fn recordEventState;
+  // `finalize(context)`.
+  ncclProfilerFinalize_fn finalize;
+} ncclProfiler_v3_t;
+
+// v4 `init(context, eActivationMask, commName, commHash, nNodes, nranks, rank, logfn)`.
+typedef ncclResult_t (*ncclProfilerInitV4_fn)(void **context,
+                                              int *eActivationMask,
+                                              const char *commName,
+                                              uint64_t commHash,
+                                              int nNodes,
+                                              int nranks,
+                                              int rank,
+                                              ncclDebugLogger_t logfn);
+
+// `coll` member of the v4 descriptor (80 bytes).
+typedef struct {
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Channels used.
+  uint8_t nChannels;
+  // Warps per block.
+  uint8_t nWarps;
+  // Algorithm name (`"RING"`, …).
+  const char *algo;
+  // Protocol name (`"SIMPLE"`, …).
+  const char *proto;
+} ncclProfilerCollDescr_v4_t;
+
+// `p2p` member of the v4 descriptor (40 bytes).
+typedef struct {
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // User buffer.
+  void *buff;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Element count.
+  uintptr_t count;
+  // Remote rank.
+  int peer;
+  // Channels used.
+  uint8_t nChannels;
+} ncclProfilerP2pDescr_v4_t;
+
+// `kernelCh` member from v4 (16 bytes).
+typedef struct {
+  // Channel id.
+  uint8_t channelId;
+  // Start timestamp from the GPU global timer (ns).
+  uint64_t pTimer;
+} ncclProfilerKernelChDescr_v4_t;
+
+// The v4 descriptor's union (80 bytes).
+typedef union {
+  // `ncclProfileColl`.
+  ncclProfilerCollDescr_v4_t coll;
+  // `ncclProfileP2p`.
+  ncclProfilerP2pDescr_v4_t p2p;
+  // `ncclProfileProxyOp`.
+  ncclProfilerProxyOpDescr_v1_t proxyOp;
+  // `ncclProfileProxyStep`.
+  ncclProfilerProxyStepDescr_v1_t proxyStep;
+  // `ncclProfileKernelCh`.
+  ncclProfilerKernelChDescr_v4_t kernelCh;
+  // `ncclProfileNetPlugin`.
+  ncclProfilerNetPluginDescr_v3_t netPlugin;
+} ncclProfilerEventDescrUnion_v4_t;
+
+// `ncclProfilerEventDescr_v4_t` (104 bytes).
+typedef struct {
+  // One `ncclProfile*` bit (a byte before v5).
+  uint8_t type_;
+  // The parent's event handle (NULL for roots or when the parent was declined).
+  void *parentObj;
+  // Originating rank.
+  int rank;
+  // The member selected by `type_`.
+  ncclProfilerEventDescrUnion_v4_t u;
+} ncclProfilerEventDescr_v4_t;
+
+// `proxyStep` member of the v4+ state arguments.
+typedef struct {
+  // Bytes of the step.
+  uintptr_t transSize;
+} ncclProfilerProxyStepStateArgs_v4_t;
+
+// `netPlugin` member of the v4+ state arguments.
+typedef struct {
+  // The net plugin's updated descriptor.
+  void *data;
+} ncclProfilerNetPluginStateArgs_v4_t;
+
+// `kernelCh` member of the v4+ state arguments.
+typedef struct {
+  // Stop timestamp from the GPU global timer (ns).
+  uint64_t pTimer;
+} ncclProfilerKernelChStateArgs_v4_t;
+
+// `ncclProfilerEventStateArgs_v4_t` (= v5 = v6 = v7), 8 bytes: every member is one
+// 8-byte (or smaller) scalar at offset 0.
+typedef union {
+  // For ProxyStep states.
+  ncclProfilerProxyStepStateArgs_v4_t proxyStep;
+  // For `ProxyCtrlAppendEnd`.
+  ncclProfilerProxyCtrlStateArgs_v1_t proxyCtrl;
+  // For `NetPluginUpdate`.
+  ncclProfilerNetPluginStateArgs_v4_t netPlugin;
+  // For `KernelChStop` (and v7 `KernelPhaseStop`).
+  ncclProfilerKernelChStateArgs_v4_t kernelCh;
+} ncclProfilerEventStateArgs_v4_t;
+
+// v4–v7 `recordEventState(eHandle, eState, eStateArgs)`.
+typedef ncclResult_t (*ncclProfilerRecordEventStateV4_fn)(void *eHandle,
+                                                          ncclProfilerEventState_t eState,
+                                                          ncclProfilerEventStateArgs_v4_t *eStateArgs);
+
+// `ncclProfiler_v4_t`: the table exported as `ncclProfiler_v4` (48 bytes).
+typedef struct {
+  // Profiler name (data, not a function).
+  const char *name;
+  // `init(context, eActivationMask, commName, commHash, nNodes, nranks, rank, logfn)`.
+  ncclProfilerInitV4_fn init;
+  // `startEvent(context, eHandle, eDescr)`; `*eHandle = NULL` declines the event.
+  ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *eDescr);
+  // `stopEvent(eHandle)`.
+  ncclProfilerStopEvent_fn stopEvent;
+  // `recordEventState(eHandle, eState, eStateArgs)`.
+  ncclProfilerRecordEventStateV4_fn recordEventState;
+  // `finalize(context)`.
+  ncclProfilerFinalize_fn finalize;
+} ncclProfiler_v4_t;
+
+// v5–v7 `init(context, commId, eActivationMask, commName, nNodes, nranks, rank, logfn)`.
+typedef ncclResult_t (*ncclProfilerInitV5_fn)(void **context,
+                                              uint64_t commId,
+                                              int *eActivationMask,
+                                              const char *commName,
+                                              int nNodes,
+                                              int nranks,
+                                              int rank,
+                                              ncclDebugLogger_t logfn);
+
+// `groupApi` member (v5+, 8 bytes).
+typedef struct {
+  // C `bool`: the call is being captured into a CUDA graph.
+  uint8_t graphCaptured;
+  // Nesting depth of `ncclGroupStart`.
+  int groupDepth;
+} ncclProfilerGroupApiDescr_v5_t;
+
+// `collApi` member of v5/v6 (48 bytes).
+typedef struct {
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Element count.
+  uintptr_t count;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Root rank (rooted collectives).
+  int root;
+  // The CUDA stream (opaque).
+  void *stream;
+  // C `bool`: the call is being captured into a CUDA graph.
+  uint8_t graphCaptured;
+} ncclProfilerCollApiDescr_v5_t;
+
+// `p2pApi` member of v5/v6 (40 bytes).
+typedef struct {
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Element count.
+  uintptr_t count;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // The CUDA stream (opaque).
+  void *stream;
+  // C `bool`: the call is being captured into a CUDA graph.
+  uint8_t graphCaptured;
+} ncclProfilerP2pApiDescr_v5_t;
+
+// `kernelLaunch` member (v5+, 8 bytes).
+typedef struct {
+  // The CUDA stream (opaque).
+  void *stream;
+} ncclProfilerKernelLaunchDescr_v5_t;
+
+// `coll` member of v5/v6 (88 bytes).
+typedef struct {
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Channels used.
+  uint8_t nChannels;
+  // Warps per block.
+  uint8_t nWarps;
+  // Algorithm name (`"RING"`, …).
+  const char *algo;
+  // Protocol name (`"SIMPLE"`, …).
+  const char *proto;
+  // The Group event's handle (kept for v4 profilers).
+  void *parentGroup;
+} ncclProfilerCollDescr_v5_t;
+
+// `p2p` member of v5/v6 (48 bytes).
+typedef struct {
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // User buffer.
+  void *buff;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Element count.
+  uintptr_t count;
+  // Remote rank.
+  int peer;
+  // Channels used.
+  uint8_t nChannels;
+  // The Group event's handle (kept for v4 profilers).
+  void *parentGroup;
+} ncclProfilerP2pDescr_v5_t;
+
+// The v5 descriptor's union (88 bytes).
+typedef union {
+  // `ncclProfileGroupApi`.
+  ncclProfilerGroupApiDescr_v5_t groupApi;
+  // `ncclProfileCollApi`.
+  ncclProfilerCollApiDescr_v5_t collApi;
+  // `ncclProfileP2pApi`.
+  ncclProfilerP2pApiDescr_v5_t p2pApi;
+  // `ncclProfileKernelLaunch`.
+  ncclProfilerKernelLaunchDescr_v5_t kernelLaunch;
+  // `ncclProfileColl`.
+  ncclProfilerCollDescr_v5_t coll;
+  // `ncclProfileP2p`.
+  ncclProfilerP2pDescr_v5_t p2p;
+  // `ncclProfileProxyOp`.
+  ncclProfilerProxyOpDescr_v1_t proxyOp;
+  // `ncclProfileProxyStep`.
+  ncclProfilerProxyStepDescr_v1_t proxyStep;
+  // `ncclProfileKernelCh`.
+  ncclProfilerKernelChDescr_v4_t kernelCh;
+  // `ncclProfileNetPlugin`.
+  ncclProfilerNetPluginDescr_v3_t netPlugin;
+} ncclProfilerEventDescrUnion_v5_t;
+
+// `ncclProfilerEventDescr_v5_t` (112 bytes).
+typedef struct {
+  // One `ncclProfile*` bit.
+  uint64_t type_;
+  // The parent's event handle (NULL for roots or when the parent was declined).
+  void *parentObj;
+  // Originating rank.
+  int rank;
+  // The member selected by `type_`.
+  ncclProfilerEventDescrUnion_v5_t u;
+} ncclProfilerEventDescr_v5_t;
+
+// `ncclProfiler_v5_t`: the table exported as `ncclProfiler_v5` (48 bytes).
+typedef struct {
+  // Profiler name (data, not a function).
+  const char *name;
+  // `init(context, commId, eActivationMask, commName, nNodes, nranks, rank, logfn)`.
+  ncclProfilerInitV5_fn init;
+  // `startEvent(context, eHandle, eDescr)`; `*eHandle = NULL` declines the event.
+  ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *eDescr);
+  // `stopEvent(eHandle)`.
+  ncclProfilerStopEvent_fn stopEvent;
+  // `recordEventState(eHandle, eState, eStateArgs)`.
+  ncclProfilerRecordEventStateV4_fn recordEventState;
+  // `finalize(context)`.
+  ncclProfilerFinalize_fn finalize;
+} ncclProfiler_v5_t;
+
+// `ceColl` member of v6 (88 bytes).
+typedef struct {
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Synchronisation strategy name.
+  const char *syncStrategy;
+  // C `bool`: synchronise inside a batch.
+  uint8_t intraBatchSync;
+  // Operations per batch.
+  uint32_t batchSize;
+  // Batches.
+  uint32_t numBatches;
+  // Copy-engine sequence number.
+  uint32_t ceSeqNum;
+  // The CUDA stream (opaque).
+  void *stream;
+} ncclProfilerCeCollDescr_v6_t;
+
+// `ceCollSync` member (v6+, 8 bytes).
+typedef struct {
+  // C `bool`: the synchronisation completed.
+  uint8_t isComplete;
+  // Ranks synchronised.
+  int nRanks;
+} ncclProfilerCeSyncDescr_v6_t;
+
+// `ceCollBatch` member (v6+, 24 bytes).
+typedef struct {
+  // Operations in the batch.
+  int numOps;
+  // Bytes in the batch.
+  uintptr_t totalBytes;
+  // C `bool`: intra-batch synchronisation used.
+  uint8_t useIntraSync;
+} ncclProfilerCeBatchDescr_v6_t;
+
+// The v6 descriptor's union (88 bytes).
+typedef union {
+  // `ncclProfileGroupApi`.
+  ncclProfilerGroupApiDescr_v5_t groupApi;
+  // `ncclProfileCollApi`.
+  ncclProfilerCollApiDescr_v5_t collApi;
+  // `ncclProfileP2pApi`.
+  ncclProfilerP2pApiDescr_v5_t p2pApi;
+  // `ncclProfileKernelLaunch`.
+  ncclProfilerKernelLaunchDescr_v5_t kernelLaunch;
+  // `ncclProfileColl`.
+  ncclProfilerCollDescr_v5_t coll;
+  // `ncclProfileP2p`.
+  ncclProfilerP2pDescr_v5_t p2p;
+  // `ncclProfileProxyOp`.
+  ncclProfilerProxyOpDescr_v1_t proxyOp;
+  // `ncclProfileProxyStep`.
+  ncclProfilerProxyStepDescr_v1_t proxyStep;
+  // `ncclProfileKernelCh`.
+  ncclProfilerKernelChDescr_v4_t kernelCh;
+  // `ncclProfileNetPlugin`.
+  ncclProfilerNetPluginDescr_v3_t netPlugin;
+  // `ncclProfileCeColl`.
+  ncclProfilerCeCollDescr_v6_t ceColl;
+  // `ncclProfileCeSync`.
+  ncclProfilerCeSyncDescr_v6_t ceCollSync;
+  // `ncclProfileCeBatch`.
+  ncclProfilerCeBatchDescr_v6_t ceCollBatch;
+} ncclProfilerEventDescrUnion_v6_t;
+
+// `ncclProfilerEventDescr_v6_t` (112 bytes).
+typedef struct {
+  // One `ncclProfile*` bit.
+  uint64_t type_;
+  // The parent's event handle (NULL for roots or when the parent was declined).
+  void *parentObj;
+  // Originating rank.
+  int rank;
+  // The member selected by `type_`.
+  ncclProfilerEventDescrUnion_v6_t u;
+} ncclProfilerEventDescr_v6_t;
+
+// `ncclProfiler_v6_t`: the table exported as `ncclProfiler_v6` (48 bytes).
+typedef struct {
+  // Profiler name (data, not a function).
+  const char *name;
+  // `init(context, commId, eActivationMask, commName, nNodes, nranks, rank, logfn)`.
+  ncclProfilerInitV5_fn init;
+  // `startEvent(context, eHandle, eDescr)`; `*eHandle = NULL` declines the event.
+  ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *eDescr);
+  // `stopEvent(eHandle)`.
+  ncclProfilerStopEvent_fn stopEvent;
+  // `recordEventState(eHandle, eState, eStateArgs)`.
+  ncclProfilerRecordEventStateV4_fn recordEventState;
+  // `finalize(context)`.
+  ncclProfilerFinalize_fn finalize;
+} ncclProfiler_v6_t;
+
+// `collApi` member of v7 (56 bytes).
+typedef struct {
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Element count.
+  uintptr_t count;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Root rank (rooted collectives).
+  int root;
+  // The CUDA stream (opaque).
+  void *stream;
+  // C `bool`: the call is being captured into a CUDA graph.
+  uint8_t graphCaptured;
+  // Per-call user profiler tag (0 = untagged).
+  uint64_t userTag;
+} ncclProfilerCollApiDescr_v7_t;
+
+// `p2pApi` member of v7 (48 bytes).
+typedef struct {
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Element count.
+  uintptr_t count;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // The CUDA stream (opaque).
+  void *stream;
+  // C `bool`: the call is being captured into a CUDA graph.
+  uint8_t graphCaptured;
+  // Per-call user profiler tag (0 = untagged).
+  uint64_t userTag;
+} ncclProfilerP2pApiDescr_v7_t;
+
+// `coll` member of v7 (112 bytes).
+typedef struct {
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Channels used.
+  uint8_t nChannels;
+  // Warps per block.
+  uint8_t nWarps;
+  // Algorithm name (`"RING"`, …).
+  const char *algo;
+  // Protocol name (`"SIMPLE"`, …).
+  const char *proto;
+  // The Group event's handle (kept for v4 profilers).
+  void *parentGroup;
+  // Kernel variant name.
+  const char *kernelVariant;
+  // C `bool`: a symmetric-memory collective.
+  uint8_t isSymColl;
+  // Per-call user profiler tag (0 = untagged).
+  uint64_t userTag;
+} ncclProfilerCollDescr_v7_t;
+
+// `p2p` member of v7 (56 bytes).
+typedef struct {
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // User buffer.
+  void *buff;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Element count.
+  uintptr_t count;
+  // Remote rank.
+  int peer;
+  // Channels used.
+  uint8_t nChannels;
+  // The Group event's handle (kept for v4 profilers).
+  void *parentGroup;
+  // Per-call user profiler tag (0 = untagged).
+  uint64_t userTag;
+} ncclProfilerP2pDescr_v7_t;
+
+// `ceColl` member of v7 (96 bytes).
+typedef struct {
+  // Per-communicator collective sequence number.
+  uint64_t seqNumber;
+  // NCCL's function name (`"AllReduce"`, `"Send"`, …).
+  const char *func;
+  // Send buffer.
+  const void *sendBuff;
+  // Receive buffer.
+  void *recvBuff;
+  // Element count.
+  uintptr_t count;
+  // Root rank (rooted collectives).
+  int root;
+  // Datatype name (`"ncclFloat32"`, …).
+  const char *datatype;
+  // Synchronisation strategy name.
+  const char *syncStrategy;
+  // C `bool`: synchronise inside a batch.
+  uint8_t intraBatchSync;
+  // Operations per batch.
+  uint32_t batchSize;
+  // Batches.
+  uint32_t numBatches;
+  // Copy-engine sequence number.
+  uint32_t ceSeqNum;
+  // The CUDA stream (opaque).
+  void *stream;
+  // Per-call user profiler tag (0 = untagged).
+  uint64_t userTag;
+} ncclProfilerCeCollDescr_v7_t;
+
+// `kernelPhase` member of v7 (24 bytes).
+typedef struct {
+  // Channel id.
+  uint8_t channelId;
+  // Phase: 0 = initial sync, 1 = compute, 2 = final sync.
+  uint8_t phaseId;
+  // Phase name.
+  const char *phaseName;
+  // Start timestamp from the GPU global timer (ns).
+  uint64_t pTimer;
+} ncclProfilerKernelPhaseDescr_v7_t;
+
+// The v7 descriptor's union (112 bytes).
+typedef union {
+  // `ncclProfileGroupApi`.
+  ncclProfilerGroupApiDescr_v5_t groupApi;
+  // `ncclProfileCollApi`.
+  ncclProfilerCollApiDescr_v7_t collApi;
+  // `ncclProfileP2pApi`.
+  ncclProfilerP2pApiDescr_v7_t p2pApi;
+  // `ncclProfileKernelLaunch`.
+  ncclProfilerKernelLaunchDescr_v5_t kernelLaunch;
+  // `ncclProfileColl`.
+  ncclProfilerCollDescr_v7_t coll;
+  // `ncclProfileP2p`.
+  ncclProfilerP2pDescr_v7_t p2p;
+  // `ncclProfileProxyOp`.
+  ncclProfilerProxyOpDescr_v1_t proxyOp;
+  // `ncclProfileProxyStep`.
+  ncclProfilerProxyStepDescr_v1_t proxyStep;
+  // `ncclProfileKernelCh`.
+  ncclProfilerKernelChDescr_v4_t kernelCh;
+  // `ncclProfileNetPlugin`.
+  ncclProfilerNetPluginDescr_v3_t netPlugin;
+  // `ncclProfileCeColl`.
+  ncclProfilerCeCollDescr_v7_t ceColl;
+  // `ncclProfileCeSync`.
+  ncclProfilerCeSyncDescr_v6_t ceCollSync;
+  // `ncclProfileCeBatch`.
+  ncclProfilerCeBatchDescr_v6_t ceCollBatch;
+  // `ncclProfileKernelPhase`.
+  ncclProfilerKernelPhaseDescr_v7_t kernelPhase;
+} ncclProfilerEventDescrUnion_v7_t;
+
+// `ncclProfilerEventDescr_v7_t` (136 bytes).
+typedef struct {
+  // One `ncclProfile*` bit.
+  uint64_t type_;
+  // The parent's event handle (NULL for roots or when the parent was declined).
+  void *parentObj;
+  // Originating rank.
+  int rank;
+  // The member selected by `type_`.
+  ncclProfilerEventDescrUnion_v7_t u;
+} ncclProfilerEventDescr_v7_t;
+
+// `ncclProfiler_v7_t`: the table exported as `ncclProfiler_v7` (48 bytes).
+typedef struct {
+  // Profiler name (data, not a function).
+  const char *name;
+  // `init(context, commId, eActivationMask, commName, nNodes, nranks, rank, logfn)`.
+  ncclProfilerInitV5_fn init;
+  // `startEvent(context, eHandle, eDescr)`; `*eHandle = NULL` declines the event.
+  ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v7_t *eDescr);
+  // `stopEvent(eHandle)`.
+  ncclProfilerStopEvent_fn stopEvent;
+  // `recordEventState(eHandle, eState, eStateArgs)`.
+  ncclProfilerRecordEventStateV4_fn recordEventState;
+  // `finalize(context)`.
+  ncclProfilerFinalize_fn finalize;
+} ncclProfiler_v7_t;
+
+// `qp` member of [`ncclProfilerNetIbDescr_v1_t`] (32 bytes).
+typedef struct {
+  // Network device id.
+  int device;
+  // Work request id.
+  uint64_t wr_id;
+  // `ibv_wr_opcode`.
+  int opcode;
+  // QP number.
+  int qpNum;
+  // Bytes of the work request.
+  uintptr_t length;
+} ncclProfilerNetIbQpDescr_v1_t;
+
+// `ncclProfilerNetIbDescr_v1_t` (40 bytes): plugin id `NCCL_PROFILER_NET_TYPE_IB | 1`.
+typedef struct {
+  // Event type, [`NCCL_PROFILE_QP`].
+  uint8_t type_;
+  // The C anonymous union's only member, `qp`.
+  ncclProfilerNetIbQpDescr_v1_t qp;
+} ncclProfilerNetIbDescr_v1_t;
+
+// `sock` member of [`ncclProfilerNetSockDescr_v1_t`] (16 bytes).
+typedef struct {
+  // Socket file descriptor.
+  int fd;
+  // Operation (NCCL's socket plugin: 0 = send, 1 = receive).
+  int op;
+  // Bytes of the operation.
+  uintptr_t length;
+} ncclProfilerNetSockSockDescr_v1_t;
+
+// `ncclProfilerNetSockDescr_v1_t` (24 bytes): plugin id `NCCL_PROFILER_NET_TYPE_SOCK | 1`.
+typedef struct {
+  // Event type, [`NCCL_PROFILE_SOCKET`].
+  uint8_t type_;
+  // The C anonymous union's only member, `sock`.
+  ncclProfilerNetSockSockDescr_v1_t sock;
+} ncclProfilerNetSockDescr_v1_t;
+
+// `ncclProfilerEventStateArgs_v2_t`.
+typedef ncclProfilerEventStateArgs_v1_t ncclProfilerEventStateArgs_v2_t;
+
+// `ncclProfilerEventStateArgs_v3_t`.
+typedef ncclProfilerEventStateArgs_v1_t ncclProfilerEventStateArgs_v3_t;
+
+// `ncclProfilerEventStateArgs_v5_t`.
+typedef ncclProfilerEventStateArgs_v4_t ncclProfilerEventStateArgs_v5_t;
+
+// `ncclProfilerEventStateArgs_v6_t`.
+typedef ncclProfilerEventStateArgs_v4_t ncclProfilerEventStateArgs_v6_t;
+
+// `ncclProfilerEventStateArgs_v7_t`.
+typedef ncclProfilerEventStateArgs_v4_t ncclProfilerEventStateArgs_v7_t;
+
+// `init(ncclMajor, ncclMinor, ncclPatch, suffix)` of v1: no logger.
+//
+// The version numbers are `uint8_t` in C; `suffix` is NCCL's version suffix
+// (`NCCL_SUFFIX`, often empty), never NULL from NCCL but treated as hostile here.
+typedef ncclResult_t (*ncclEnvInitV1_fn)(uint8_t ncclMajor,
+                                         uint8_t ncclMinor,
+                                         uint8_t ncclPatch,
+                                         const char *suffix);
+
+// `finalize(void)` of v1/v2.
+typedef ncclResult_t (*ncclEnvFinalize_fn)(void);
+
+// `getEnv(name)` of v1/v2: a NUL-terminated value, or NULL when unset.
+typedef const char *(*ncclEnvGetEnv_fn)(const char *name);
+
+// `ncclEnv_v1_t`: 32 bytes.
+typedef struct {
+  // Plugin name (data), used in NCCL's INFO logs.
+  const char *name;
+  // `init(ncclMajor, ncclMinor, ncclPatch, suffix)`.
+  ncclEnvInitV1_fn init;
+  // `finalize()`.
+  ncclEnvFinalize_fn finalize;
+  // `getEnv(name)`.
+  ncclEnvGetEnv_fn getEnv;
+} ncclEnv_v1_t;
+
+// `init(ncclMajor, ncclMinor, ncclPatch, suffix, logFunction)` of v2.
+typedef ncclResult_t (*ncclEnvInitV2_fn)(uint8_t ncclMajor,
+                                         uint8_t ncclMinor,
+                                         uint8_t ncclPatch,
+                                         const char *suffix,
+                                         ncclDebugLogger_t logFunction);
+
+// `ncclEnv_v2_t`: 32 bytes, the same slots as v1.
+typedef struct {
+  // Plugin name (data), used in NCCL's INFO logs.
+  const char *name;
+  // `init(ncclMajor, ncclMinor, ncclPatch, suffix, logFunction)`.
+  ncclEnvInitV2_fn init;
+  // `finalize()`.
+  ncclEnvFinalize_fn finalize;
+  // `getEnv(name)`.
+  ncclEnvGetEnv_fn getEnv;
+} ncclEnv_v2_t;
+
+
 
 #endif  /* CCLKIT_ABI_H */

@@ -52,6 +52,12 @@ fn logger() -> ncclDebugLogger_t {
 
 type LoggerFn = unsafe extern "C" fn(LogLevel, c_ulong, *const c_char, c_int, *const c_char, ...);
 
+/// The host's logger as installed by the last `init` (NULL if none), for a plugin
+/// that hands it on, e.g. a profiler forwarding `init` to other profilers.
+pub fn host_logger() -> ncclDebugLogger_t {
+    logger()
+}
+
 /// Whether a message at `level` would be shown (used by the macros to skip formatting).
 pub fn enabled(level: LogLevel) -> bool {
     if logger().is_some() {

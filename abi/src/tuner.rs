@@ -11,6 +11,10 @@ use crate::error::Result;
 use crate::raw::common::{Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, Protocol};
 use crate::raw::tuner::{ncclNvlDomainInfo_v5_t, ncclTunerConstants_v5_t};
 
+/// NCCL 2.30's default model constants (see [`crate::raw::tuner::defaults`]): what a
+/// host passes a v5/v6 `init`, and what a tuner should assume when its host passes none.
+pub use crate::raw::tuner::defaults::NCCL_DEFAULT_CONSTANTS;
+
 /// What `init` receives; fields an older ABI lacks are `None`.
 pub struct TunerInit<'a> {
     /// Tuner ABI version the host called through (6 for NCCL 2.30).

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use cclkit_abi::raw::common::{Algorithm, DataType, Func, LogLevel, NcclResult, Protocol, RedOp};
 use cclkit_abi::raw::net::NetDeviceType;
+use cclkit_abi::raw::profiler::ProfilerEventState;
 
 fn enums() -> String {
     let mut s = String::from(
@@ -20,6 +21,7 @@ fn enums() -> String {
         ("ncclRedOp_t", RedOp::C_NAMES),
         ("ncclFunc_t", Func::C_NAMES),
         ("ncclNetDeviceType", NetDeviceType::C_NAMES),
+        ("ncclProfilerEventState_t", ProfilerEventState::C_NAMES),
         ("ncclAlgorithm_t", Algorithm::C_NAMES),
         ("ncclProtocol_t", Protocol::C_NAMES),
     ] {
@@ -27,6 +29,10 @@ fn enums() -> String {
         for (name, value) in values {
             let _ = writeln!(s, "#define {name} {value}");
         }
+    }
+    let _ = writeln!(s, "\n/* Profiler event-type bits (ncclProfile*). */");
+    for (name, value) in cclkit_abi::raw::profiler::event::C_NAMES {
+        let _ = writeln!(s, "#define {name} {value}");
     }
     s
 }

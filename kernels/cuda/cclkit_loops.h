@@ -91,7 +91,7 @@ CCLKIT_FN void copy_loop(u64 tid, u64 nth, u8* dst, const u8* src, u64 n) {
 
 // The entry points: X(op, type name, C type) for every (type, op) pair NCCL's
 // built-in reductions need. Names are cclkit_<op>_<type>; the Rust side keeps
-// the same table (kernels/src/cuda_entries.rs) and a test checks the PTX
+// the same table (kernels/src/cuda/entries.rs) and a test checks the PTX
 // against it.
 //
 // Binary: (T* dst, const T* a, const T* b, u64 n, u64 arg).

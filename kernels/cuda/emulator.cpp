@@ -3,7 +3,7 @@
 //
 // The Rust crate builds this file with the host C++ compiler when its `cuda`
 // feature is on, so machines without a GPU can run the device kernels' own
-// source against the host kernels (kernels/src/cuda_tests.rs) and the
+// source against the host kernels (kernels/src/cuda/tests.rs) and the
 // runtime's device path can be exercised end to end (CCLKIT_CUDA_EMULATE=1).
 //
 // cclkit_emul_launch takes its arguments exactly as cuLaunchKernel does: an

@@ -17,7 +17,7 @@
 # Without cargo on the GPU machine, build on another x86_64 Linux box first:
 #   cargo test --release -p cclkit-kernels --features cuda --lib --no-run
 #   cargo build --release -p cclkit-kernels --features cuda --example cuda-bench
-#   cargo build --release -p cclkit-core --bin cclkit
+#   cargo build --release -p cclkit-cli --bin cclkit
 # and copy target/release/{cclkit,examples/cuda-bench,deps/cclkit_kernels-*}
 # (the test binary is the executable deps/cclkit_kernels-<hash>) into one
 # directory named by CCLKIT_GPU_BIN.
@@ -48,7 +48,7 @@ else
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
   step build 900 bash -c '
     cargo build --release -p cclkit-kernels --features cuda --example cuda-bench &&
-    cargo build --release -p cclkit-core --bin cclkit &&
+    cargo build --release -p cclkit-cli --bin cclkit &&
     cargo test --release -p cclkit-kernels --features cuda --lib --no-run' || true
   rel=$CARGO_TARGET_DIR/release
   kernels_test=$(ls -t "$rel"/deps/cclkit_kernels-* 2>/dev/null | grep -v '\.d$' | head -n 1)

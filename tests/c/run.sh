@@ -22,10 +22,10 @@ done
 echo "ok   C host drives packaged plugins"
 # The benchmark baselines compile warning-free; the raw-TCP floor probe runs briefly
 # and prints one timing per connection model.
-gcc -O2 -Wall -Wextra -Werror "$root/core/perf/tcp_exchange.c" -o "$out/tcp_exchange"
+gcc -O2 -Wall -Wextra -Werror "$root/core/cli/perf/tcp_exchange.c" -o "$out/tcp_exchange"
 probe=$("$out/tcp_exchange" 200)
 [ "$(grep -cE '^(one bidirectional socket|two one-way sockets) .*: [0-9]+\.[0-9]+ us per exchange$' <<<"$probe")" = 2 ] ||
   { echo "tcp_exchange printed:"; echo "$probe"; exit 1; } >&2
 if "$out/tcp_exchange" 0 2>/dev/null; then echo "tcp_exchange accepted 0 iterations" >&2; exit 1; fi
-mpicc -O2 -Wall -Wextra -Werror "$root/core/perf/mpi_allreduce.c" -o "$out/mpi_allreduce"
+mpicc -O2 -Wall -Wextra -Werror "$root/core/cli/perf/mpi_allreduce.c" -o "$out/mpi_allreduce"
 echo "ok   benchmark baselines (tcp_exchange, mpi_allreduce) build; tcp_exchange runs"

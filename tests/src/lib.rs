@@ -5,6 +5,7 @@
 //! The tests load the `.so` files `make package` installs under NCCL's names, so
 //! they exercise exactly what NCCL would load.
 
+pub mod cplugin;
 pub mod host;
 
 use std::path::PathBuf;

@@ -13,7 +13,9 @@
 
 pub mod collnet;
 pub mod common;
+pub mod env;
 pub mod net;
+pub mod profiler;
 pub mod tuner;
 
 /// Asserts size, alignment and field offsets of a `#[repr(C)]` type at compile time.

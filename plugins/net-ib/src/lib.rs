@@ -8,15 +8,18 @@
 //! # What it does
 //! * **Devices**: every active port of every HCA passing `NCCL_IB_HCA`, with speed,
 //!   port, guid, PCI path, `maxComms`, `regIsGlobal = 1`, `maxRecvs = 8`, and pointer
-//!   support HOST (+ CUDA with GPUDirect RDMA, + DMABUF when `ibv_reg_dmabuf_mr`
-//!   works).
-//! * **Connections**: RC QPs (`NCCL_IB_QPS_PER_CONNECTION`), RoCE v2 GID selection
-//!   (`NCCL_IB_GID_INDEX` or automatic by address family), traffic class from the
-//!   communicator config or `NCCL_IB_TC`, SL from `NCCL_IB_SL`; QP information
-//!   exchanged over a TCP side channel whose address and magic are in the handle;
-//!   connect/accept never block ([`conn`]).
-//! * **Data path**: receiver-driven, CTS FIFO, RDMA WRITE + WRITE_WITH_IMM, grouped
+//!   support HOST (+ CUDA with a peer-memory module, + DMABUF when
+//!   `ibv_reg_dmabuf_mr` works), as NCCL's `ncclIbGetPhysProperties`.
+//! * **Connections**: RC QPs (`NCCL_IB_QPS_PER_CONNECTION`), GID choice as NCCL's
+//!   `ncclIbGetGidIndex` ([`verbs::gid`]), address vectors with FLID routing across
+//!   IB subnets ([`route`]), the sender's traffic class and SL on both sides, ECE
+//!   negotiation; QP information exchanged over a TCP side channel whose address and
+//!   magic are in the handle; connect/accept never block ([`conn`]).
+//! * **Data path**: receiver-driven, CTS FIFO, one QP per message round-robin (or
+//!   split), RDMA WRITE + WRITE_WITH_IMM shaped for adaptive routing, grouped
 //!   receives, GPU flush by loopback RDMA READ ([`proto`]).
+//! * **Fatal events**: asynchronous device/CQ/QP errors fail the comms concerned on
+//!   their next call ([`fatal`], [`verbs::events`]).
 //! * **Memory**: `regMr`/`regMrDmaBuf` with a page-aligned, refcounted cache.
 //!
 //! # Layers
@@ -26,6 +29,7 @@
 //! | loader | [`verbs::loader`] | `libibverbs.so.1` opened at run time (no link-time dependency) |
 //! | safe | [`verbs::safe`] | RAII device/PD/CQ/QP/MR; errors name the call, keep errno |
 //! | seam | [`nic::Nic`] | the few NIC operations the protocol needs |
+//! | routing | [`route`], [`fatal`] | address vectors; async fatal-event state |
 //! | protocol | [`proto`] | FIFO slots, tags, splitting, immediates, MR cache |
 //! | plugin | [`plugin::IbNet`] | the [`cclkit_abi::net::Net`] implementation |
 //!
@@ -38,19 +42,25 @@
 //! without an RDMA device, `init` fails with the reason and NCCL falls back.
 //!
 //! # Threads
-//! None. Work happens in NCCL's calls; connect/accept progress on each call.
+//! One async-event monitor per opened device ([`verbs::events`]), stopped and
+//! joined when the device is dropped (so the plugin can be dlclosed). All other work
+//! happens in NCCL's calls; connect/accept progress on each call.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod config;
 pub mod conn;
+pub mod fatal;
 pub mod nic;
 pub mod plugin;
 pub mod proto;
+pub mod route;
 pub mod verbs;
 
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod plugin_item_tests;
 #[cfg(test)]
 mod plugin_tests;
 

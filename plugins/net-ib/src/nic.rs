@@ -47,6 +47,10 @@ pub struct SendWr {
     pub rkey: u32,
     /// Ask for a completion on success (errors always complete).
     pub signaled: bool,
+    /// `IBV_SEND_INLINE`: the local bytes are copied at post time (no lkey needed;
+    /// at most the QP's `max_inline` bytes). Used for CTS entries with
+    /// `NCCL_IB_USE_INLINE=1`, as NCCL's `ncclIbPostFifo`.
+    pub inline: bool,
 }
 
 /// What a completion reports.
@@ -91,13 +95,28 @@ pub struct PortAddr {
     pub mtu: u8,
 }
 
-/// Per-connection routing parameters.
+/// Per-QP routing parameters given at RTR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Link {
-    /// Traffic class (RoCE GRH / IB GRH).
+    /// Traffic class of the GRH (RoCE only; NCCL leaves it 0 on InfiniBand).
     pub traffic_class: u8,
     /// Service level.
     pub sl: u8,
+}
+
+/// Enhanced Connection Establishment options of a QP (`struct ibv_ece`), negotiated
+/// as NCCL does (`ncclIbSenderQpsCreate` / `ncclIbReceiverQpsCreateToRts` /
+/// `ncclIbSenderQpsToRts`): the sender sends its QP's ECE, the receiver sets it on its
+/// QP before RTR and answers with the reduced ECE its device accepted, which the
+/// sender sets before its own RTR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ece {
+    /// IEEE OUI of the provider's vendor.
+    pub vendor_id: u32,
+    /// Vendor-specific options.
+    pub options: u32,
+    /// Which options are valid.
+    pub comp_mask: u32,
 }
 
 /// How the NIC may order its PCIe writes into a registration.
@@ -118,7 +137,20 @@ pub struct QpCaps {
     pub max_send_wr: u32,
     /// Outstanding receive WRs.
     pub max_recv_wr: u32,
+    /// Bytes a send may carry inline (`max_inline_data`; 0 = no inline sends).
+    pub max_inline: u32,
+    /// `IBV_ACCESS_*` flags the peer may use on this QP (`qp_access_flags`): NCCL gives
+    /// sender QPs REMOTE_WRITE, receiver QPs REMOTE_WRITE|REMOTE_READ, the flush QP
+    /// LOCAL_WRITE|REMOTE_READ.
+    pub access: u32,
 }
+
+/// `IBV_ACCESS_LOCAL_WRITE`.
+pub const ACCESS_LOCAL_WRITE: u32 = 1;
+/// `IBV_ACCESS_REMOTE_WRITE`.
+pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+/// `IBV_ACCESS_REMOTE_READ`.
+pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
 
 /// An RDMA NIC port as the protocol sees it.
 ///
@@ -134,6 +166,10 @@ pub trait Nic: Send + Sync + 'static {
 
     /// This port's address for peers.
     fn port_addr(&self) -> PortAddr;
+
+    /// Adaptive routing is on for this port (`NCCL_IB_ADAPTIVE_ROUTING`; NCCL's
+    /// default: on for InfiniBand, off for RoCE).
+    fn adaptive_routing(&self) -> bool;
 
     /// Registers `[addr, addr + len)`.
     ///
@@ -176,4 +212,16 @@ pub trait Nic: Send + Sync + 'static {
 
     /// Appends the available completions of `cq` to `out` (at most `max`).
     fn poll_cq(&self, cq: &mut Self::Cq, out: &mut Vec<Completion>, max: usize) -> Result<()>;
+
+    /// The QP's current ECE, `None` when the device or library has no ECE
+    /// (`ibv_query_ece` returning EOPNOTSUPP).
+    fn query_ece(&self, qp: &Self::Qp) -> Result<Option<Ece>>;
+
+    /// Sets the ECE of a QP in INIT state; `false` when unsupported.
+    fn set_ece(&self, qp: &mut Self::Qp, ece: &Ece) -> Result<bool>;
+
+    /// An error once a fatal asynchronous event hit this device, `cq` or a QP that
+    /// completes on `cq` (NCCL's `ncclIbStatsCheckFatalCount` on the comm's and the
+    /// device's counters, fed by `ncclIbAsyncThreadMain`).
+    fn check_fatal(&self, cq: &Self::Cq) -> Result<()>;
 }

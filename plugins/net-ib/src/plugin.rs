@@ -16,7 +16,9 @@ use crate::conn::setup::{Connecting, Listener};
 use crate::conn::sock::{interfaces, pick_address};
 use crate::nic::{Link, Nic, WriteOrder};
 use crate::proto::MAX_MESSAGE;
+use crate::proto::endpoint::{AcceptOpts, ConnectOpts, sender_link};
 use crate::proto::mr_cache::{CacheEntry, MrCache};
+use crate::proto::plan::SendOpts;
 use crate::proto::recv::{Receiver, RecvTarget};
 use crate::proto::request::{ReqCell, State};
 use crate::proto::send::{SendBuf, Sender};
@@ -56,7 +58,7 @@ pub struct IbNet<B: Backend> {
     listen_ip: IpAddr,
 }
 
-/// A communicator's context: its link parameters.
+/// A communicator's context: the traffic class and SL its connections announce.
 pub struct CommCtx {
     link: Link,
 }
@@ -139,8 +141,10 @@ impl<B: Backend> IbNet<B> {
             .ok_or_else(|| Error::invalid_argument(format!("device {dev} out of range")))
     }
 
+    /// NCCL's `flushEnabled`: GPUDirect possible (peer memory or dma-buf) and
+    /// `NCCL_GDR_FLUSH_DISABLE` unset.
     fn flush_enabled(&self, dev: &Device<B::Nic>) -> bool {
-        !self.cfg.gdr_flush_disable && dev.props.ptr_support & ptr::CUDA != 0
+        !self.cfg.gdr_flush_disable && dev.props.ptr_support & (ptr::CUDA | ptr::DMABUF) != 0
     }
 
     fn comm_dev(comm: &CommRef<'_, Self>) -> usize {
@@ -150,13 +154,21 @@ impl<B: Backend> IbNet<B> {
         }
     }
 
-    fn check_kind(&self, dev: &Device<B::Nic>, kind: i32) -> Result<()> {
+    /// GPU memory through `regMr` needs peer memory (NCCL_PTR_CUDA); through
+    /// `regMrDmaBuf` it needs dma-buf (NCCL_PTR_DMABUF).
+    fn check_kind(&self, dev: &Device<B::Nic>, kind: i32, dmabuf: bool) -> Result<()> {
+        let need = if dmabuf { ptr::DMABUF } else { ptr::CUDA };
         match kind {
             ptr::HOST => Ok(()),
-            ptr::CUDA if dev.props.ptr_support & ptr::CUDA != 0 => Ok(()),
+            ptr::CUDA if dev.props.ptr_support & need != 0 => Ok(()),
+            ptr::CUDA if dmabuf => Err(Error::internal(format!(
+                "NET/cclkit-ib: {} cannot register GPU memory through dma-buf \
+                 (the dma-buf probe failed)",
+                dev.props.name
+            ))),
             ptr::CUDA => Err(Error::internal(format!(
-                "NET/cclkit-ib: {} cannot register GPU memory: no GPUDirect RDMA \
-                 (neither nv_peermem nor dma-buf support)",
+                "NET/cclkit-ib: {} cannot register GPU memory with ibv_reg_mr: no peer-memory \
+                 module (nvidia_peermem); NCCL should use regMrDmaBuf or host staging",
                 dev.props.name
             ))),
             k => Err(Error::invalid_argument(format!(
@@ -207,6 +219,7 @@ type MrOf<B> = IbMr<<<B as Backend>::Nic as Nic>::Mr>;
 impl<B: Backend> Net for IbNet<B> {
     const NAME: &'static CStr = c"cclkit-ib";
     const SUPPORTS_DMABUF: bool = true;
+    const HAS_MAKE_VDEVICE: bool = true;
 
     type Context = CommCtx;
     type ListenComm = IbListen<B::Nic>;
@@ -253,18 +266,52 @@ impl<B: Backend> Net for IbNet<B> {
     }
 
     fn open_context(&self, _comm_id: u64, config: CommConfig) -> Result<CommCtx> {
-        let traffic_class = match config.traffic_class {
-            Some(tc) => u8::try_from(tc).map_err(|_| {
+        let comm_tc = match config.traffic_class {
+            Some(tc) => Some(u8::try_from(tc).map_err(|_| {
                 Error::invalid_argument(format!("trafficClass {tc} outside 0..=255"))
-            })?,
-            None => self.cfg.traffic_class,
+            })?),
+            None => None,
         };
         Ok(CommCtx {
-            link: Link {
-                traffic_class,
-                sl: self.cfg.sl,
-            },
+            link: sender_link(self.cfg.traffic_class, self.cfg.sl, comm_tc),
         })
+    }
+
+    /// NCCL's `ncclIbMakeVDevice`: one device is itself; several are refused with
+    /// `NCCL_IB_MERGE_NICS=0` or mixed link layers, as NCCL does. Fusing several
+    /// NICs into one (QPs striped over them) is not implemented: refused clearly, so
+    /// NCCL keeps using the NICs one by one.
+    fn make_vdevice(&self, devs: &[usize]) -> Result<usize> {
+        let first = *devs
+            .first()
+            .ok_or_else(|| Error::invalid_usage("NET/cclkit-ib: makeVDevice with 0 devices"))?;
+        for &d in devs {
+            self.device(d)?;
+        }
+        if devs.len() == 1 {
+            return Ok(first);
+        }
+        if !self.cfg.merge_nics {
+            return Err(Error::invalid_usage(
+                "NET/cclkit-ib: skipping makeVDevice, NCCL_IB_MERGE_NICS=0",
+            ));
+        }
+        let ll = |d: usize| self.devices[d].nic.port_addr().link_layer;
+        if let Some(&other) = devs.iter().find(|&&d| ll(d) != ll(first)) {
+            return Err(Error::invalid_usage(format!(
+                "NET/cclkit-ib: attempted to merge incompatible devices {} and {} (link layers \
+                 {} and {}); select NICs of one link type with NCCL_IB_HCA",
+                self.devices[first].props.name,
+                self.devices[other].props.name,
+                ll(first),
+                ll(other)
+            )));
+        }
+        Err(Error::invalid_usage(format!(
+            "NET/cclkit-ib: fusing {} NICs into one virtual NIC is not implemented by cclkit-ib; \
+             use the NICs separately (NCCL_IB_MERGE_NICS=0)",
+            devs.len()
+        )))
     }
 
     fn listen(
@@ -274,13 +321,13 @@ impl<B: Backend> Net for IbNet<B> {
         handle: &mut NetHandle,
     ) -> Result<Self::ListenComm> {
         let d = self.device(dev)?;
-        let inner = Listener::new(
-            Arc::clone(&d.nic),
-            self.listen_ip,
-            ctx.link,
-            self.flush_enabled(d),
-            handle,
-        )?;
+        let _ = ctx;
+        let opts = AcceptOpts {
+            flush: self.flush_enabled(d),
+            fifo_tc: self.cfg.fifo_tc,
+            inline: self.cfg.use_inline,
+        };
+        let inner = Listener::new(Arc::clone(&d.nic), self.listen_ip, opts, handle)?;
         Ok(IbListen { dev, inner })
     }
 
@@ -296,8 +343,16 @@ impl<B: Backend> Net for IbNet<B> {
             None => Box::new(Connecting::start(
                 Arc::clone(&d.nic),
                 handle,
-                self.cfg.qps_per_connection,
-                ctx.link,
+                ConnectOpts {
+                    nqps: self.cfg.qps_per_connection,
+                    link: ctx.link,
+                    ece: self.cfg.ece_enable,
+                    send: SendOpts {
+                        split: self.cfg.split_data_on_qps,
+                        ar: false, // the NIC's setting, applied at connect
+                        ar_threshold: self.cfg.ar_threshold,
+                    },
+                },
             )?),
         };
         match state.step()? {
@@ -324,7 +379,7 @@ impl<B: Backend> Net for IbNet<B> {
     fn reg_mr(&self, comm: CommRef<'_, Self>, region: MemRegion) -> Result<Self::Mr> {
         let dev = Self::comm_dev(&comm);
         let d = self.device(dev)?;
-        self.check_kind(d, region.kind)?;
+        self.check_kind(d, region.kind, false)?;
         if region.len == 0 {
             return Ok(IbMr {
                 dev,
@@ -361,7 +416,7 @@ impl<B: Backend> Net for IbNet<B> {
                 d.props.name
             )));
         }
-        self.check_kind(d, region.kind)?;
+        self.check_kind(d, region.kind, true)?;
         if region.len == 0 {
             return Ok(IbMr {
                 dev,

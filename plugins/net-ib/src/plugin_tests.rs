@@ -20,7 +20,7 @@ use crate::conn::wire::read_handle;
 use crate::fake::{FakeFabric, FakeNic};
 use crate::plugin::{Backend, CommCtx, IbNet};
 
-struct FakeBackend;
+pub(crate) struct FakeBackend;
 
 impl Backend for FakeBackend {
     type Nic = FakeNic;
@@ -29,31 +29,46 @@ impl Backend for FakeBackend {
     }
 }
 
-type FakeNet = IbNet<FakeBackend>;
+pub(crate) type FakeNet = IbNet<FakeBackend>;
 
 fn node(fabric: &Arc<FakeFabric>, n: u32, gpu: bool, nqps: usize) -> FakeNet {
-    let mut props = Properties::host(format!("fake{n}"));
-    props.reg_is_global = true;
-    props.max_recvs = 8;
-    if gpu {
-        props.ptr_support |= ptr::CUDA;
-    }
+    let ptr_support = if gpu {
+        ptr::HOST | ptr::CUDA
+    } else {
+        ptr::HOST
+    };
     let cfg = Config {
         qps_per_connection: nqps,
         ..Config::default()
     };
-    FakeNet::from_parts(
-        cfg,
-        vec![(fabric.port(n), props)],
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
+    node_with(fabric, &[n], ptr_support, cfg)
+}
+
+/// A plugin instance over fake ports `nodes` with pointer support `ptr_support`.
+pub(crate) fn node_with(
+    fabric: &Arc<FakeFabric>,
+    nodes: &[u32],
+    ptr_support: i32,
+    cfg: Config,
+) -> FakeNet {
+    let found = nodes
+        .iter()
+        .map(|&n| {
+            let mut props = Properties::host(format!("fake{n}"));
+            props.reg_is_global = true;
+            props.max_recvs = 8;
+            props.ptr_support = ptr_support;
+            (fabric.port(n), props)
+        })
+        .collect();
+    FakeNet::from_parts(cfg, found, IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-struct Conn {
-    send: <FakeNet as Net>::SendComm,
-    recv: <FakeNet as Net>::RecvComm,
+pub(crate) struct Conn {
+    pub send: <FakeNet as Net>::SendComm,
+    pub recv: <FakeNet as Net>::RecvComm,
 }
 
 /// Listens on `b`, ships the handle bytes to `a` (as NCCL's bootstrap does) and
@@ -69,8 +84,13 @@ fn connect(a: &FakeNet, b: &FakeNet) -> Conn {
         )
         .unwrap(),
     );
+    connect_ctx(a, b, &ca, &cb)
+}
+
+/// Connects `a` (sender, context `ca`) to `b` (receiver, context `cb`).
+pub(crate) fn connect_ctx(a: &FakeNet, b: &FakeNet, ca: &CommCtx, cb: &CommCtx) -> Conn {
     let mut handle = NetHandle::zeroed();
-    let mut listen = b.listen(&cb, 0, &mut handle).unwrap();
+    let mut listen = b.listen(cb, 0, &mut handle).unwrap();
     let mut shipped = *handle.as_bytes();
     let peer_handle = NetHandle::from_bytes_mut(&mut shipped);
     let (mut send, mut recv) = (None, None);
@@ -78,7 +98,7 @@ fn connect(a: &FakeNet, b: &FakeNet) -> Conn {
     while send.is_none() || recv.is_none() {
         assert!(start.elapsed() < DEADLINE, "connection setup stuck");
         if send.is_none() {
-            send = a.connect(&ca, 0, peer_handle).unwrap();
+            send = a.connect(ca, 0, peer_handle).unwrap();
         }
         if recv.is_none() {
             recv = b.accept(&mut listen).unwrap();
@@ -91,7 +111,7 @@ fn connect(a: &FakeNet, b: &FakeNet) -> Conn {
     }
 }
 
-fn region(v: &[u8], kind: i32) -> MemRegion {
+pub(crate) fn region(v: &[u8], kind: i32) -> MemRegion {
     MemRegion {
         addr: v.as_ptr() as usize,
         len: v.len(),
@@ -100,7 +120,7 @@ fn region(v: &[u8], kind: i32) -> MemRegion {
 }
 
 /// Tests `req` until done; returns the sizes it reported.
-fn wait(req: &mut <FakeNet as Net>::Request, n: usize) -> Result<Vec<c_int>> {
+pub(crate) fn wait(req: &mut <FakeNet as Net>::Request, n: usize) -> Result<Vec<c_int>> {
     let mut out = [0 as c_int; 64];
     let start = Instant::now();
     loop {
@@ -113,7 +133,7 @@ fn wait(req: &mut <FakeNet as Net>::Request, n: usize) -> Result<Vec<c_int>> {
     }
 }
 
-fn buf(v: &mut [u8]) -> Buf {
+pub(crate) fn buf(v: &mut [u8]) -> Buf {
     // SAFETY: the vectors outlive every request in these tests.
     unsafe { Buf::new(v.as_mut_ptr(), v.len()) }
 }
@@ -239,7 +259,7 @@ fn wait_once(req: &mut <FakeNet as Net>::Request) -> Result<bool> {
     r
 }
 
-fn err<T>(r: Result<T>) -> Error {
+pub(crate) fn err<T>(r: Result<T>) -> Error {
     match r {
         Ok(_) => panic!("expected an error"),
         Err(e) => e,
@@ -267,7 +287,7 @@ fn buffers_outside_their_registration_and_oversized_sends_are_errors() {
     assert!(e.message().contains("mhandle is NULL"), "{}", e.message());
     // GPU memory without GPUDirect support is refused with the reason.
     let e = err(a.reg_mr(CommRef::Send(&c.send), region(&other, ptr::CUDA)));
-    assert!(e.message().contains("GPUDirect"), "{}", e.message());
+    assert!(e.message().contains("peer-memory"), "{}", e.message());
     let e = err(a.reg_mr_dmabuf(CommRef::Send(&c.send), region(&other, ptr::CUDA), 0, 3));
     assert!(e.message().contains("dma-buf"), "{}", e.message());
     a.dereg_mr(CommRef::Send(&c.send), mr).unwrap();

@@ -18,7 +18,7 @@ use cclkit_abi::{Error, Result, nccl_warn};
 
 use crate::device::Device;
 use crate::engine::{OpId, Poll};
-use crate::proto::{ACCEPT_LEN, AcceptMsg, CONNECT_LEN, ConnectMsg, ListenHandle, random_u64};
+use crate::proto::{ACCEPT_LEN, AcceptMsg, CONNECT_LEN, ConnectMsg, ListenHandle};
 use crate::tags::{Ctrl, Seqs};
 
 /// A listening comm: the posted receive for connect requests.
@@ -75,7 +75,7 @@ impl Drop for Listen {
 
 /// Starts listening on `dev` and fills `handle`.
 pub fn listen(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Listen> {
-    let nonce = random_u64();
+    let nonce = cclkit_abi::sock::random_u64().map_err(|e| Error::io("getrandom", e))?;
     let mut e = dev.lock();
     let id = e.alloc_ctrl_id()?;
     let op = match e.recv_ctrl(Ctrl::Connect, id, CONNECT_LEN) {

@@ -108,19 +108,7 @@ fn is_ip(format: u32) -> bool {
 
 /// The IP address of a sockaddr-format source address, as text.
 fn ip_of(info: InfoRef<'_>) -> Option<String> {
-    let a = info.src_addr()?;
-    let family = u16::from_ne_bytes([*a.first()?, *a.get(1)?]);
-    match i32::from(family) {
-        libc::AF_INET if a.len() >= 8 => {
-            Some(std::net::Ipv4Addr::new(a[4], a[5], a[6], a[7]).to_string())
-        }
-        libc::AF_INET6 if a.len() >= 24 => {
-            let mut b = [0u8; 16];
-            b.copy_from_slice(&a[8..24]);
-            Some(std::net::Ipv6Addr::from(b).to_string())
-        }
-        _ => None,
-    }
+    cclkit_abi::sock::from_sockaddr_bytes(info.src_addr()?).map(|a| a.ip().to_string())
 }
 
 fn is_loopback(info: InfoRef<'_>) -> bool {

@@ -186,19 +186,6 @@ pub fn provider_fingerprint(name: &str) -> u32 {
     })
 }
 
-/// A random 64-bit value (nonces), from the std hasher's per-process keys and the clock.
-pub fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,7 +34,7 @@ pub struct Connecting {
 impl Connecting {
     /// Starts every connection to the listener described by `info`.
     pub fn start(info: HandleInfo, timeout: Duration) -> Result<Self> {
-        let nonce = sys::random_u64().map_err(|e| Error::io("getrandom", e))?;
+        let nonce = cclkit_abi::sock::random_u64().map_err(|e| Error::io("getrandom", e))?;
         let count = 1 + info.nstreams;
         let mut links = Vec::with_capacity(count);
         for index in 0..count {

@@ -1,10 +1,10 @@
 //! Device discovery: usable IP interfaces chosen the way NCCL chooses them, and the
 //! facts about each that the properties and the stream auto-tuning need.
 
-use std::ffi::CStr;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::Path;
 
+use cclkit_abi::sock::{IfAddr, IfList, interface_addresses};
 use cclkit_abi::{Error, Result};
 
 use crate::config::Family;
@@ -28,147 +28,12 @@ pub struct Device {
     pub loopback: bool,
 }
 
-/// One parsed entry of an `NCCL_SOCKET_IFNAME` list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct IfEntry {
-    name: String,
-    port: Option<u16>,
-}
-
-/// A parsed `NCCL_SOCKET_IFNAME` value: `[^][=]name[:port],name…`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IfList {
-    exclude: bool,
-    exact: bool,
-    entries: Vec<IfEntry>,
-}
-
-impl IfList {
-    /// Parses NCCL's syntax: `^` excludes, `=` matches whole names, else prefixes.
-    pub fn parse(spec: &str) -> Self {
-        let mut s = spec.trim();
-        let exclude = s.starts_with('^');
-        if exclude {
-            s = &s[1..];
-        }
-        let exact = s.starts_with('=');
-        if exact {
-            s = &s[1..];
-        }
-        let entries = s
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(|e| match e.split_once(':') {
-                Some((name, port)) => IfEntry {
-                    name: name.to_owned(),
-                    port: port.parse().ok(),
-                },
-                None => IfEntry {
-                    name: e.to_owned(),
-                    port: None,
-                },
-            })
-            .collect();
-        Self {
-            exclude,
-            exact,
-            entries,
-        }
-    }
-
-    /// Whether interface `name` is selected by this list.
-    pub fn selects(&self, name: &str) -> bool {
-        // NCCL: an empty list matches everything; the ports of entries are only
-        // used when matching a listen port, never for interface selection.
-        let hit = self.entries.is_empty()
-            || self.entries.iter().any(|e| {
-                if self.exact {
-                    e.name == name
-                } else {
-                    name.starts_with(&e.name)
-                }
-            });
-        hit != self.exclude
-    }
-}
-
-/// An address of an interface as `getifaddrs` reports it.
-#[derive(Debug, Clone)]
-pub struct IfAddr {
-    /// Interface name.
-    pub name: String,
-    /// The address.
-    pub addr: IpAddr,
-    /// IPv6 scope id.
-    pub scope_id: u32,
-    /// `IFF_UP && IFF_RUNNING`.
-    pub up: bool,
-    /// `IFF_LOOPBACK`.
-    pub loopback: bool,
-}
-
-/// Lists the IPv4/IPv6 addresses of every interface, in `getifaddrs` order.
-pub fn interface_addresses() -> Result<Vec<IfAddr>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: `head` is a valid out-pointer; freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(Error::io("getifaddrs", std::io::Error::last_os_error()));
-    }
-    let mut out = Vec::new();
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` walks the list getifaddrs returned, which stays valid until freed.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: ifa_addr is non-NULL and starts with the family field.
-        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        let (addr, scope_id) = match family {
-            libc::AF_INET => {
-                // SAFETY: the family says this is a sockaddr_in.
-                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
-                (
-                    IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())),
-                    0,
-                )
-            }
-            libc::AF_INET6 => {
-                // SAFETY: the family says this is a sockaddr_in6.
-                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
-                (
-                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
-                    sin6.sin6_scope_id,
-                )
-            }
-            _ => continue,
-        };
-        let flags = ifa.ifa_flags;
-        out.push(IfAddr {
-            name,
-            addr,
-            scope_id,
-            up: flags & libc::IFF_UP as u32 != 0 && flags & libc::IFF_RUNNING as u32 != 0,
-            loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
-        });
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
-}
-
 /// Picks one address per selected interface (IPv4 first, no IPv6 link-local).
 pub fn select(addrs: &[IfAddr], list: &IfList, family: Option<Family>) -> Vec<IfAddr> {
     let mut picked: Vec<IfAddr> = Vec::new();
     for want_v4 in [true, false] {
         for a in addrs {
-            if !a.up || a.addr.is_ipv4() != want_v4 || !list.selects(&a.name) {
+            if !a.up || !a.running || a.addr.is_ipv4() != want_v4 || !list.selects(&a.name) {
                 continue;
             }
             match (family, a.addr) {
@@ -188,7 +53,7 @@ pub fn select(addrs: &[IfAddr], list: &IfList, family: Option<Family>) -> Vec<If
 /// The interfaces NCCL would pick: the user's list, else `ib*`, else anything but
 /// docker/loopback/virbr, else docker, else loopback.
 pub fn discover(ifname: Option<&str>, family: Option<Family>) -> Result<Vec<Device>> {
-    let addrs = interface_addresses()?;
+    let addrs = interface_addresses().map_err(|e| Error::io("getifaddrs", e))?;
     let picked = match ifname {
         Some(spec) => select(&addrs, &IfList::parse(spec), family),
         None => ["ib", "^docker,lo,virbr", "docker", "lo"]
@@ -263,22 +128,9 @@ mod tests {
             addr: ip.parse().unwrap(),
             scope_id: 0,
             up,
+            running: up,
             loopback: name == "lo",
         }
-    }
-
-    #[test]
-    fn nccl_ifname_syntax() {
-        let l = IfList::parse("eth,ib0");
-        assert!(l.selects("eth0") && l.selects("eth12") && l.selects("ib0"));
-        assert!(!l.selects("ib1") && !l.selects("lo"));
-        let l = IfList::parse("^docker,lo");
-        assert!(l.selects("eth0") && !l.selects("docker0") && !l.selects("lo"));
-        let l = IfList::parse("=eth0");
-        assert!(l.selects("eth0") && !l.selects("eth01"));
-        let l = IfList::parse("^=eth0:5000");
-        assert!(!l.selects("eth0") && l.selects("eth01"));
-        assert!(IfList::parse("").selects("anything"));
     }
 
     #[test]

@@ -22,43 +22,6 @@ fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
     usize::try_from(ret).map_err(|_| io::Error::last_os_error())
 }
 
-/// A `sockaddr_storage` filled from `addr`, with its length.
-fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_storage is a valid (AF_UNSPEC) value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
-            unsafe { (&raw mut storage).cast::<libc::sockaddr_in>().write(sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
-            unsafe { (&raw mut storage).cast::<libc::sockaddr_in6>().write(sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    // Both sizes are small constants that fit socklen_t.
-    (storage, len as libc::socklen_t)
-}
-
 /// Creates a non-blocking, close-on-exec TCP socket and starts connecting it to
 /// `addr`. The connection completes in the background; see [`take_socket_error`].
 pub fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
@@ -76,7 +39,7 @@ pub fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
     })?;
     // SAFETY: `fd` was just created and is owned by nobody else.
     let stream = TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let (storage, len) = sockaddr(addr);
+    let (storage, len) = cclkit_abi::sock::to_sockaddr(addr);
     // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
     let ret = unsafe { libc::connect(fd, (&raw const storage).cast(), len) };
     if ret < 0 {
@@ -217,28 +180,6 @@ impl EventFd {
     pub fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
-}
-
-/// 8 random bytes from the kernel (`getrandom`), for listen magics and nonces.
-pub fn random_u64() -> io::Result<u64> {
-    let mut value: u64 = 0;
-    let mut filled = 0usize;
-    while filled < 8 {
-        // SAFETY: writes at most the remaining bytes of `value`.
-        let ret = unsafe {
-            libc::getrandom(
-                (&raw mut value).cast::<u8>().add(filled).cast(),
-                8 - filled,
-                0,
-            )
-        };
-        match cvt_size(ret) {
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(value)
 }
 
 fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {

@@ -56,7 +56,7 @@ fn bench(c: &mut Criterion) {
     let init = t.init.unwrap();
     let get = t.getCollInfo.unwrap();
     let mut ctx: *mut c_void = std::ptr::null_mut();
-    let mut constants = cclkit_tuner::model::default_constants();
+    let mut constants = cclkit_abi::tuner::NCCL_DEFAULT_CONSTANTS;
     let mut nvl = Default::default();
     // SAFETY: valid out-pointer, NVL info and constants for the call.
     let rc = unsafe {

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use crate::config::ModelSettings;
 use crate::engine::Mode;
-use crate::model::{Arch, IntraLink};
+use crate::hw::{Arch, IntraLink};
 
 /// NCCL's variable naming the rule file.
 pub const CONFIG_FILE_VAR: &str = "NCCL_TUNER_CONFIG_FILE";

@@ -19,6 +19,7 @@
 pub mod config;
 pub mod engine;
 pub mod env;
+pub mod hw;
 pub mod model;
 mod plugin;
 

@@ -5,85 +5,11 @@
 //! (µs/B), so a prediction on the hot path is one multiply-add.
 
 use cclkit_abi::raw::common::{Algorithm, Func, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, Protocol};
-use cclkit_abi::raw::tuner::ncclTunerConstants_v5_t;
-use cclkit_abi::tuner::{CollInfo, CostTable};
+use cclkit_abi::raw::tuner::{NCCL_HW_NET, ncclTunerConstants_v5_t};
+use cclkit_abi::tuner::{CollInfo, CostTable, NCCL_DEFAULT_CONSTANTS};
 
 use crate::config::ModelSettings;
-
-/// Intra-node link type: picks the row of the hardware-latency table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IntraLink {
-    /// NVLink (`NCCL_HW_NVLINK`).
-    NvLink,
-    /// PCIe (`NCCL_HW_PCI`).
-    Pci,
-}
-
-impl IntraLink {
-    /// Parses `nvlink` or `pci` (any case).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "nvlink" => Ok(Self::NvLink),
-            "pci" | "pcie" => Ok(Self::Pci),
-            _ => Err(format!(
-                "unknown intra-node link \"{s}\" (expected nvlink or pci)"
-            )),
-        }
-    }
-
-    /// `nvlink` or `pci`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::NvLink => "nvlink",
-            Self::Pci => "pci",
-        }
-    }
-
-    fn hw_index(self) -> usize {
-        match self {
-            Self::NvLink => HW_NVLINK,
-            Self::Pci => HW_PCI,
-        }
-    }
-}
-
-/// GPU generation: picks the column of the bandwidth-ceiling tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    /// `NCCL_VOLTA_COMPCAP_IDX`.
-    Volta,
-    /// `NCCL_AMPERE_COMPCAP_IDX`.
-    Ampere,
-    /// `NCCL_HOPPER_COMPCAP_IDX`.
-    Hopper,
-    /// `NCCL_BLACKWELL_COMPCAP_IDX`.
-    Blackwell,
-}
-
-impl Arch {
-    /// Parses `volta`, `ampere`, `hopper` or `blackwell` (any case).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "volta" => Ok(Self::Volta),
-            "ampere" => Ok(Self::Ampere),
-            "hopper" => Ok(Self::Hopper),
-            "blackwell" => Ok(Self::Blackwell),
-            _ => Err(format!(
-                "unknown architecture \"{s}\" (expected volta, ampere, hopper or blackwell)"
-            )),
-        }
-    }
-
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Volta => "volta",
-            Self::Ampere => "ampere",
-            Self::Hopper => "hopper",
-            Self::Blackwell => "blackwell",
-        }
-    }
-}
+pub use crate::hw::{Arch, IntraLink};
 
 /// The model's link parameters (defaults describe an 8-GPU NVLink node).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -130,9 +56,6 @@ impl LinkParams {
     }
 }
 
-const HW_NVLINK: usize = 0;
-const HW_PCI: usize = 1;
-const HW_NET: usize = 2;
 const TREE: usize = 0;
 const RING: usize = 1;
 const COLLNET_DIRECT: usize = 2;
@@ -143,65 +66,6 @@ const PAT: usize = 6;
 const LL: usize = 0;
 const LL128: usize = 1;
 const SIMPLE: usize = 2;
-
-/// cclkit's default constants, used when the host passes none (tuner v2–v4). The
-/// values follow the shape and magnitude of NCCL's own defaults (µs, GB/s).
-pub fn default_constants() -> ncclTunerConstants_v5_t {
-    let mut c = ncclTunerConstants_v5_t::default();
-    c.baseLatencies[TREE] = [6.8, 14.0, 8.4];
-    c.baseLatencies[RING] = [6.6, 14.0, 8.4];
-    c.baseLatencies[PAT] = [8.0, 8.0, 8.0];
-    c.hwLatencies[HW_NVLINK][TREE] = [0.6, 1.25, 4.0];
-    c.hwLatencies[HW_NVLINK][RING] = [0.6, 1.9, 3.4];
-    c.hwLatencies[HW_NVLINK][COLLNET_DIRECT] = [0.0, 0.0, 3.7];
-    c.hwLatencies[HW_NVLINK][COLLNET_CHAIN] = [0.0, 0.0, 2.8];
-    c.hwLatencies[HW_NVLINK][NVLS] = [0.0, 0.0, 25.0];
-    c.hwLatencies[HW_NVLINK][NVLS_TREE] = [0.0, 0.0, 25.0];
-    c.hwLatencies[HW_NVLINK][PAT] = [0.6, 1.9, 3.4];
-    c.hwLatencies[HW_PCI][TREE] = [1.0, 1.9, 4.0];
-    c.hwLatencies[HW_PCI][RING] = [1.0, 2.5, 5.7];
-    c.hwLatencies[HW_PCI][COLLNET_DIRECT] = [0.0, 0.0, 3.7];
-    c.hwLatencies[HW_PCI][COLLNET_CHAIN] = [0.0, 0.0, 2.8];
-    c.hwLatencies[HW_PCI][PAT] = [1.0, 2.5, 5.7];
-    c.hwLatencies[HW_NET][TREE] = [5.0, 8.5, 14.0];
-    c.hwLatencies[HW_NET][RING] = [2.7, 4.0, 14.0];
-    c.hwLatencies[HW_NET][COLLNET_DIRECT] = [0.0, 0.0, 31.0];
-    c.hwLatencies[HW_NET][COLLNET_CHAIN] = [0.0, 0.0, 30.0];
-    c.hwLatencies[HW_NET][NVLS] = [0.0, 0.0, 18.0];
-    c.hwLatencies[HW_NET][NVLS_TREE] = [0.0, 0.0, 20.9];
-    c.hwLatencies[HW_NET][PAT] = [2.7, 4.0, 14.0];
-    c.llMaxBws = [
-        [39.0, 39.0, 20.4],
-        [87.7, 22.5, 19.0],
-        [141.0, 45.0, 35.0],
-        [282.0, 90.0, 70.0],
-    ];
-    c.perChMaxRingLL128Bws = [
-        [20.0, 20.0, 20.0],
-        [20.0, 20.0, 20.0],
-        [36.7, 36.7, 36.7],
-        [73.4, 73.4, 73.4],
-    ];
-    c.perChMaxTreeLL128Bws = [
-        [20.0, 20.0, 20.0],
-        [20.0, 20.0, 20.0],
-        [36.7, 36.7, 29.0],
-        [73.4, 73.4, 58.0],
-    ];
-    c.perChMaxTreeBws = [
-        [26.5, 18.5, 10.0],
-        [24.0, 23.6, 17.8],
-        [38.7, 41.4, 36.0],
-        [77.4, 82.8, 72.0],
-    ];
-    c.perChMaxNVLSTreeBws = [
-        [0.0, 0.0, 0.0],
-        [0.0, 0.0, 0.0],
-        [36.0, 36.0, 36.0],
-        [72.0, 72.0, 72.0],
-    ];
-    c
-}
 
 const NF: usize = 5;
 const NA: usize = NCCL_NUM_ALGORITHMS;
@@ -232,26 +96,20 @@ fn cap(bw: f64, ceiling: f64) -> f64 {
 
 impl Model {
     /// Builds the model of a communicator of `n_ranks` ranks on `n_nodes` nodes.
-    /// `constants` are NCCL's (v5+); `None` uses [`default_constants`].
+    /// `constants` are the host's (v5+); `None` (v2–v4 hosts pass none) uses NCCL's
+    /// defaults, [`NCCL_DEFAULT_CONSTANTS`].
     pub fn new(
         n_ranks: usize,
         n_nodes: usize,
         params: &LinkParams,
         constants: Option<&ncclTunerConstants_v5_t>,
     ) -> Self {
-        let defaults;
-        let c = match constants {
-            Some(c) => c,
-            None => {
-                defaults = default_constants();
-                &defaults
-            }
-        };
+        let c = constants.unwrap_or(&NCCL_DEFAULT_CONSTANTS);
         let n = n_ranks.max(1) as u64;
         let nodes = (n_nodes.max(1) as u64).min(n);
         let ppn = n.div_ceil(nodes);
         let (nf, nn, ppnf) = (n as f64, nodes as f64, ppn as f64);
-        let cc = params.arch as usize;
+        let cc = params.arch.compcap_index();
         let scale = match nodes {
             1 => 0,
             2 => 1,
@@ -292,6 +150,11 @@ impl Model {
                     _ => 1.0,
                 };
                 for p in 0..NP {
+                    // NCCL 2.30 runs PAT, NVLS and NVLS tree with Simple only (its
+                    // constants give them no LL/LL128 latency either).
+                    if matches!(a, PAT | NVLS | NVLS_TREE) && p != SIMPLE {
+                        continue;
+                    }
                     let mut bw = match (a, p) {
                         (_, SIMPLE) => link,
                         (TREE, LL) => link / 3.8,
@@ -320,7 +183,7 @@ impl Model {
                     }
 
                     let base = c.baseLatencies[a][p];
-                    let inter = c.hwLatencies[HW_NET][a][p] + params.net_lat;
+                    let inter = c.hwLatencies[NCCL_HW_NET][a][p] + params.net_lat;
                     // With one GPU per node every hop is a network hop.
                     let intra = if ppn == 1 {
                         inter

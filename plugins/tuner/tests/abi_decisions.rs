@@ -9,124 +9,11 @@ use std::ffi::c_void;
 use std::ptr;
 
 use cclkit_abi::raw::common::{Algorithm, Func, NcclResult, Protocol};
-use cclkit_abi::raw::tuner::{ncclNvlDomainInfo_v5_t, ncclTunerConstants_v5_t};
-use cclkit_abi::tuner::CollInfo;
-use cclkit_tuner::model::{LinkParams, Model, default_constants};
-use cclkit_tuner::{
-    ncclTunerPlugin_v1, ncclTunerPlugin_v2, ncclTunerPlugin_v4, ncclTunerPlugin_v5,
-    ncclTunerPlugin_v6,
-};
-use common::{Channels, Constants, Env, NA, NP, Table, capture_logs};
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Ver {
-    V4,
-    V5,
-    V6,
-}
-
-/// One communicator's tuner context, opened through a table version.
-struct Comm {
-    ver: Ver,
-    ctx: *mut c_void,
-    consts: Option<Box<Constants>>,
-    /// The constants as passed to init.
-    orig: ncclTunerConstants_v5_t,
-}
-
-impl Comm {
-    fn open(ver: Ver, n_ranks: usize, n_nodes: usize) -> Self {
-        Self::open_with(ver, n_ranks, n_nodes, default_constants())
-    }
-
-    fn open_with(ver: Ver, n_ranks: usize, n_nodes: usize, c: ncclTunerConstants_v5_t) -> Self {
-        let mut ctx: *mut c_void = ptr::null_mut();
-        let mut nvl = ncclNvlDomainInfo_v5_t {
-            nNvlDomains: n_nodes as i32,
-            minRanksPerNvlDomain: 1,
-            maxRanksPerNvlDomain: 8,
-        };
-        let mut consts = None;
-        // SAFETY: valid out-pointer, NVL info and constants for the duration of the call.
-        let rc = unsafe {
-            match ver {
-                Ver::V4 => ncclTunerPlugin_v4.init.unwrap()(n_ranks, n_nodes, None, &mut ctx),
-                Ver::V5 | Ver::V6 => {
-                    let mut k = Constants::new(c);
-                    let init = if ver == Ver::V5 {
-                        ncclTunerPlugin_v5.init.unwrap()
-                    } else {
-                        ncclTunerPlugin_v6.init.unwrap()
-                    };
-                    let rc = init(
-                        &mut ctx, 0xc0ffee, n_ranks, n_nodes, None, &mut nvl, &mut k.c,
-                    );
-                    consts = Some(k);
-                    rc
-                }
-            }
-        };
-        assert_eq!(rc, NcclResult::SUCCESS, "init via {ver:?}");
-        assert!(!ctx.is_null());
-        Self {
-            ver,
-            ctx,
-            consts,
-            orig: c,
-        }
-    }
-
-    /// One getCollInfo call; returns the decision visible to NCCL.
-    fn coll(&self, func: Func, n: usize, pipe: i32, reg: i32, t: &mut Table) -> i32 {
-        let before = t.costs();
-        let mut ch = Channels::new();
-        let get = match self.ver {
-            Ver::V4 => ncclTunerPlugin_v4.getCollInfo.unwrap(),
-            Ver::V5 => ncclTunerPlugin_v5.getCollInfo.unwrap(),
-            Ver::V6 => ncclTunerPlugin_v6.getCollInfo.unwrap(),
-        };
-        // SAFETY: live context; flat 7×3 table; writable nChannels.
-        let rc = unsafe {
-            get(
-                self.ctx,
-                func,
-                n,
-                pipe,
-                t.ptr(),
-                NA as i32,
-                NP as i32,
-                reg,
-                ch.ptr(),
-            )
-        };
-        assert_eq!(rc, NcclResult::SUCCESS);
-        t.assert_only_lowered(&before);
-        if let Some(k) = &self.consts {
-            assert!(k.canaries_intact());
-        }
-        ch.get()
-    }
-}
-
-impl Drop for Comm {
-    fn drop(&mut self) {
-        let fin = match self.ver {
-            Ver::V4 => ncclTunerPlugin_v4.destroy.unwrap(),
-            Ver::V5 => ncclTunerPlugin_v5.finalize.unwrap(),
-            Ver::V6 => ncclTunerPlugin_v6.finalize.unwrap(),
-        };
-        // SAFETY: the context came from init and is finalized once.
-        let rc = unsafe { fin(self.ctx) };
-        if !std::thread::panicking() {
-            assert_eq!(rc, NcclResult::SUCCESS);
-            if let Some(k) = &self.consts {
-                assert!(k.canaries_intact());
-                // The tuner reads NCCL's constants and never rewrites them.
-                assert_eq!(k.c, self.orig);
-            }
-        }
-    }
-}
+use cclkit_abi::tuner::{CollInfo, NCCL_DEFAULT_CONSTANTS};
+use cclkit_tuner::model::{LinkParams, Model};
+use cclkit_tuner::{ncclTunerPlugin_v1, ncclTunerPlugin_v2, ncclTunerPlugin_v6};
+use common::comm::{Comm, Ver};
+use common::{Channels, Env, NA, NP, Table, capture_logs};
 
 const RULES: &str = "\
 # NCCL example format
@@ -259,7 +146,7 @@ fn model_mode_ranks_only_supported_entries() {
     let mut env = Env::lock();
     env.set("CCLKIT_TUNER_MODE", "model");
     env.set("NCCL_TUNER_CONFIG_FILE", "/nonexistent/cclkit/none.conf");
-    let m = Model::new(16, 2, &LinkParams::default(), Some(&default_constants()));
+    let m = Model::new(16, 2, &LinkParams::default(), Some(&NCCL_DEFAULT_CONSTANTS));
     for ver in VERSIONS {
         let comm = Comm::open(ver, 16, 2);
         for func in (0..5).map(Func) {
@@ -310,7 +197,7 @@ fn v5_constants_feed_the_model() {
     assert_eq!(p, 0);
     drop(comm);
     // Make LL's base latency huge in NCCL's constants: the model must follow them.
-    let mut c = default_constants();
+    let mut c = NCCL_DEFAULT_CONSTANTS;
     for a in 0..NA {
         c.baseLatencies[a][0] = 1.0e6;
     }
@@ -324,7 +211,7 @@ fn v5_constants_feed_the_model() {
 fn auto_mode_rules_then_model() {
     let mut env = Env::lock();
     env.config(RULES, "conf");
-    let m = Model::new(16, 2, &LinkParams::default(), Some(&default_constants()));
+    let m = Model::new(16, 2, &LinkParams::default(), Some(&NCCL_DEFAULT_CONSTANTS));
     for ver in VERSIONS {
         let comm = Comm::open(ver, 16, 2);
         let mut t = Table::typical();
@@ -352,7 +239,7 @@ fn bad_file_falls_back_to_model_and_reports_every_line() {
         "conf",
     );
     env.set("CCLKIT_TUNER_MODE", "rules");
-    let m = Model::new(16, 2, &LinkParams::default(), Some(&default_constants()));
+    let m = Model::new(16, 2, &LinkParams::default(), Some(&NCCL_DEFAULT_CONSTANTS));
     for ver in VERSIONS {
         let (comm, logs) = capture_logs(|| Comm::open(ver, 16, 2));
         let p = path.display();

@@ -1,10 +1,11 @@
 //! The analytic model's formulas, and settings from environment variables.
 
 use cclkit_abi::raw::common::{Algorithm, Func, Protocol};
+use cclkit_abi::tuner::NCCL_DEFAULT_CONSTANTS;
 use cclkit_tuner::config::ModelSettings;
 use cclkit_tuner::engine::Mode;
 use cclkit_tuner::env::{ConfigSource, Settings};
-use cclkit_tuner::model::{Arch, IntraLink, LinkParams, Model, default_constants};
+use cclkit_tuner::model::{Arch, IntraLink, LinkParams, Model};
 
 fn close(a: f32, b: f64) -> bool {
     ((f64::from(a) - b) / b).abs() < 1e-5
@@ -31,7 +32,7 @@ fn ring_allreduce_one_node() {
 #[test]
 fn tree_allreduce_two_nodes_with_ceiling() {
     let p = LinkParams::default();
-    let c = default_constants();
+    let c = NCCL_DEFAULT_CONSTANTS;
     let m = Model::new(16, 2, &p, Some(&c));
     let n = 1usize << 28;
     let t = m
@@ -55,7 +56,7 @@ fn tree_allreduce_two_nodes_with_ceiling() {
 fn constants_and_overrides_change_predictions() {
     let n = 1usize << 20;
     let base = Model::new(16, 2, &LinkParams::default(), None);
-    let mut c = default_constants();
+    let mut c = NCCL_DEFAULT_CONSTANTS;
     c.hwLatencies[2][1][2] += 100.0; // NET ring simple
     let slower = Model::new(16, 2, &LinkParams::default(), Some(&c));
     let (a, b) = (
@@ -102,10 +103,12 @@ fn every_algorithm_nccl_runs_is_modelled_and_nothing_else() {
         for a in 0..7 {
             for p in 0..3 {
                 let t = m.predict(Func(f), Algorithm(a), Protocol(p), 1 << 20, 1);
-                // Tree is allreduce-only and PAT allgather/reducescatter-only in NCCL.
+                // Tree is allreduce-only and PAT allgather/reducescatter-only in NCCL;
+                // PAT (6), NVLS (4) and NVLS tree (5) run the Simple protocol (2) only.
                 let runs = match a {
                     0 => f == 4,
-                    6 => f == 2 || f == 3,
+                    6 => (f == 2 || f == 3) && p == 2,
+                    4 | 5 => p == 2,
                     _ => true,
                 };
                 if runs {
@@ -209,4 +212,24 @@ fn environment_wins_over_toml_model_table() {
     assert_eq!(p.net_bw, 20.0);
     assert_eq!(p.arch, Arch::Volta);
     assert_eq!(p.intra_bw, LinkParams::default().intra_bw);
+}
+
+#[test]
+fn blackwell_ll_ceiling_is_nccls() {
+    // One node of 8 Blackwell GPUs on a link fast enough that only the ceiling binds:
+    // ring allreduce LL moves link/4 = 500 GB/s, capped by NCCL 2.30's
+    // llMaxBws[Blackwell][1 node] = 2 × 141 = 282 GB/s (tuning.cc).
+    let p = LinkParams {
+        intra_bw: 2000.0,
+        arch: Arch::Blackwell,
+        ..LinkParams::default()
+    };
+    let m = Model::new(8, 1, &p, None);
+    let n = 3 * (1usize << 20) + 17;
+    let t = m
+        .predict(Func::ALL_REDUCE, Algorithm::RING, Protocol::LL, n, 1)
+        .unwrap();
+    // base 6.6 + 14 NVLink steps × 0.6 µs; 2 × 7/8 bytes per byte at 282 GB/s.
+    let want = 6.6 + 14.0 * 0.6 + (2.0 * 7.0 / 8.0) * n as f64 / (282.0 * 1000.0);
+    assert!(close(t, want), "{t} vs {want}");
 }

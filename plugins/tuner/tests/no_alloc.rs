@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::ffi::c_void;
 
 use cclkit_abi::raw::common::{Func, NcclResult};
-use cclkit_tuner::model::default_constants;
+use cclkit_abi::tuner::NCCL_DEFAULT_CONSTANTS;
 use common::{Channels, Env, Table};
 
 struct Counting;
@@ -75,7 +75,7 @@ chunk_size = "512K"
     );
     let t = &cclkit_tuner::ncclTunerPlugin_v6;
     let mut ctx: *mut c_void = std::ptr::null_mut();
-    let mut consts = default_constants();
+    let mut consts = NCCL_DEFAULT_CONSTANTS;
     let mut nvl = Default::default();
     // SAFETY: valid pointers for the call.
     let rc = unsafe { t.init.unwrap()(&mut ctx, 1, 16, 2, None, &mut nvl, &mut consts) };

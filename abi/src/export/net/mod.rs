@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::error::{Error, Result};
 use crate::net::{CommConfig, InitArgs, Net};
 
+mod handle;
 mod ops;
 mod props;
 mod shims;
@@ -99,7 +100,7 @@ impl<T: Net> NetState<T> {
         let plugin = self.acquire(&mut inner, host_abi)?;
         let ctx = plugin.open_context(0, CommConfig::default())?;
         inner.legacy = Some(Arc::new(CtxBox {
-            tag: ops::CTX_TAG,
+            tag: handle::CTX_TAG,
             plugin,
             ctx,
         }));
@@ -120,7 +121,7 @@ impl<T: Net> NetState<T> {
             Ok(ctx) => {
                 inner.refs += 1;
                 Ok(Box::new(CtxBox {
-                    tag: ops::CTX_TAG,
+                    tag: handle::CTX_TAG,
                     plugin,
                     ctx,
                 }))
@@ -176,7 +177,7 @@ impl<T: Net> NetState<T> {
             .clone()
             .ok_or_else(|| Error::invalid_usage("connect() called before init()"))?;
         let ctx = Arc::new(CtxBox {
-            tag: ops::CTX_TAG,
+            tag: handle::CTX_TAG,
             ctx: plugin.open_context(0, config)?,
             plugin,
         });
@@ -225,6 +226,7 @@ impl<T: Net> Default for NetState<T> {
 #[macro_export]
 macro_rules! export_net {
     ($ty:ty) => {
+        $crate::__cclkit_refuse_panic_abort!();
         impl $crate::export::net::NetExport for $ty {
             fn state() -> &'static $crate::export::net::NetState<Self> {
                 static STATE: $crate::export::net::NetState<$ty> =

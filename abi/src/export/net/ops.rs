@@ -1,99 +1,21 @@
 //! The operations behind every net table version; the only place where the net
 //! export touches NCCL's raw pointers.
 //!
-//! Every comm, registration and context handed to NCCL is a `Box` of a typed struct
-//! whose first field is a tag, so a NULL, stale or foreign pointer is reported as a
-//! bad handle instead of being used.
+//! Handles are checked on the way in by [`super::handle`].
 
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::handle::{
+    CTX_TAG, CommBox, LISTEN_TAG, MR_TAG, MrBox, RECV_TAG, SEND_TAG, borrow, put, tag_of, take,
+};
 use super::{CtxBox, NetExport};
 use crate::error::{Error, Result};
 use crate::net::{Buf, CommConfig, CommRef, MemRegion, Net, NetHandle, RawHandle, RecvBuf, Sizes};
 use crate::raw::net::{
     NCCL_NET_OPTIONAL_RECV_COMPLETION, ncclNetAttr_v11_t, ncclNetCommConfig_v10_t,
 };
-
-pub(crate) const CTX_TAG: u64 = u64::from_be_bytes(*b"cclk-ctx");
-const LISTEN_TAG: u64 = u64::from_be_bytes(*b"cclk-lsn");
-const SEND_TAG: u64 = u64::from_be_bytes(*b"cclk-snd");
-const RECV_TAG: u64 = u64::from_be_bytes(*b"cclk-rcv");
-const MR_TAG: u64 = u64::from_be_bytes(*b"cclk-mr\0");
-const DEAD_TAG: u64 = u64::from_be_bytes(*b"cclk-dea");
-
-/// A comm as handed to NCCL: tag first, so the kind can be read before the type is known.
-#[repr(C)]
-struct CommBox<T: Net, C> {
-    tag: u64,
-    plugin: Arc<T>,
-    comm: C,
-}
-
-#[repr(C)]
-struct MrBox<M> {
-    tag: u64,
-    mr: M,
-}
-
-/// Reads the tag at the start of a handle NCCL gave back.
-///
-/// # Safety
-/// `ptr` must be NULL or point to readable memory of at least 8 bytes.
-unsafe fn tag_of(ptr: *mut c_void, what: &str) -> Result<u64> {
-    if ptr.is_null() {
-        return Err(Error::invalid_argument(format!("{what} is NULL")));
-    }
-    // SAFETY: non-NULL, and every handle we give out starts with an aligned u64.
-    Ok(unsafe { ptr.cast::<u64>().read() })
-}
-
-/// Borrows a typed box from a handle after checking its tag.
-///
-/// # Safety
-/// `ptr` must be NULL or a live handle; if its tag is `tag` it must be a `B` created here.
-unsafe fn borrow<'a, B>(ptr: *mut c_void, tag: u64, what: &str) -> Result<&'a mut B> {
-    // SAFETY: forwarded contract.
-    let found = unsafe { tag_of(ptr, what)? };
-    if found != tag {
-        return Err(Error::invalid_argument(format!(
-            "{what} {ptr:p} is not a live handle of this plugin"
-        )));
-    }
-    // SAFETY: the tag identifies a `B` allocated by this module and not yet freed.
-    Ok(unsafe { &mut *ptr.cast::<B>() })
-}
-
-/// Takes back ownership of a typed box, marking the memory dead first.
-///
-/// # Safety
-/// As [`borrow`]; the handle must not be used again by the caller.
-unsafe fn take<B>(ptr: *mut c_void, tag: u64, what: &str) -> Result<Box<B>> {
-    // SAFETY: forwarded contract.
-    unsafe { borrow::<B>(ptr, tag, what)? };
-    // SAFETY: the tag was checked; writing the dead tag makes a second close fail
-    // cleanly as long as the memory was not reused.
-    unsafe {
-        ptr.cast::<u64>().write(DEAD_TAG);
-        Ok(Box::from_raw(ptr.cast::<B>()))
-    }
-}
-
-/// Writes `value` to an out-pointer, failing on NULL.
-///
-/// # Safety
-/// `out` must be NULL or valid for writes.
-unsafe fn put<V>(out: *mut V, value: V, what: &str) -> Result<()> {
-    if out.is_null() {
-        return Err(Error::invalid_argument(format!(
-            "{what} out-pointer is NULL"
-        )));
-    }
-    // SAFETY: non-NULL and valid per contract.
-    unsafe { out.write(value) };
-    Ok(())
-}
 
 fn device<T: Net>(plugin: &T, dev: c_int) -> Result<usize> {
     let n = plugin.devices();

@@ -52,6 +52,7 @@ impl<T> Default for TunerState<T> {
 #[macro_export]
 macro_rules! export_tuner {
     ($ty:ty) => {
+        $crate::__cclkit_refuse_panic_abort!();
         impl $crate::export::tuner::TunerExport for $ty {
             fn state() -> &'static $crate::export::tuner::TunerState<Self> {
                 static STATE: $crate::export::tuner::TunerState<$ty> =

@@ -16,8 +16,8 @@ use super::sock::{Outgoing, connect_done, connect_start, read_until};
 use super::wire::{
     HELLO_HEADER, MAX_META, READY, decode_meta, encode_meta, read_handle, write_handle,
 };
-use crate::nic::{Link, Nic};
-use crate::proto::endpoint::{ReceiverHalf, SenderHalf};
+use crate::nic::Nic;
+use crate::proto::endpoint::{AcceptOpts, ConnectOpts, SenderHalf, accept};
 use crate::proto::recv::Receiver;
 use crate::proto::send::Sender;
 
@@ -35,15 +35,14 @@ pub struct Connecting<N: Nic> {
     half: Option<SenderHalf<N>>,
     sender: Option<Sender<N>>,
     ready: Outgoing,
-    link: Link,
 }
 
 impl<N: Nic> Connecting<N> {
     /// Reads the peer's handle, starts the TCP connect and creates the sender's QPs.
-    pub fn start(nic: Arc<N>, handle: &NetHandle, nqps: usize, link: Link) -> Result<Self> {
+    pub fn start(nic: Arc<N>, handle: &NetHandle, opts: ConnectOpts) -> Result<Self> {
         let (magic, peer) = read_handle(handle)?;
         let stream = connect_start(peer).map_err(|e| io_err("connect to", peer, e))?;
-        let half = SenderHalf::new(nic, nqps)?;
+        let half = SenderHalf::new(nic, opts)?;
         let meta = encode_meta(&half.meta());
         let mut hello = Vec::with_capacity(HELLO_HEADER + meta.len());
         hello.extend_from_slice(&magic.to_le_bytes());
@@ -58,7 +57,6 @@ impl<N: Nic> Connecting<N> {
             half: Some(half),
             sender: None,
             ready: Outgoing::new(vec![READY]),
-            link,
         })
     }
 
@@ -101,7 +99,7 @@ impl<N: Nic> Connecting<N> {
                 .half
                 .take()
                 .ok_or_else(|| Error::internal("connect state lost its QPs"))?;
-            self.sender = Some(half.connect(&meta, self.link)?);
+            self.sender = Some(half.connect(&meta)?);
         }
         if !self
             .ready
@@ -160,9 +158,8 @@ impl<N: Nic> Accepting<N> {
         if self.receiver.is_none() {
             let meta = decode_meta(&self.hello[HELLO_HEADER..])
                 .map_err(|e| Reject::Drop(e.message().to_owned()))?;
-            let half = ReceiverHalf::new(Arc::clone(&l.nic), meta.qpns.len(), l.flush, l.link)
-                .map_err(Reject::Fatal)?;
-            let (receiver, mine) = half.connect(&meta, l.link).map_err(Reject::Fatal)?;
+            let (receiver, mine) =
+                accept(Arc::clone(&l.nic), &meta, l.opts).map_err(Reject::Fatal)?;
             let body = encode_meta(&mine);
             let mut out = (body.len() as u32).to_le_bytes().to_vec();
             out.extend_from_slice(&body);
@@ -187,8 +184,7 @@ impl<N: Nic> Accepting<N> {
 struct ListenerShared<N: Nic> {
     nic: Arc<N>,
     magic: u64,
-    link: Link,
-    flush: bool,
+    opts: AcceptOpts,
 }
 
 /// A listening side channel and the accepts in progress on it.
@@ -200,13 +196,7 @@ pub struct Listener<N: Nic> {
 
 impl<N: Nic> Listener<N> {
     /// Listens on `ip` (any port) and fills `handle` for the peer.
-    pub fn new(
-        nic: Arc<N>,
-        ip: IpAddr,
-        link: Link,
-        flush: bool,
-        handle: &mut NetHandle,
-    ) -> Result<Self> {
+    pub fn new(nic: Arc<N>, ip: IpAddr, opts: AcceptOpts, handle: &mut NetHandle) -> Result<Self> {
         let listener = TcpListener::bind((ip, 0))
             .map_err(|e| Error::io(&format!("NET/cclkit-ib: bind side channel on {ip}"), e))?;
         listener
@@ -219,12 +209,7 @@ impl<N: Nic> Listener<N> {
         write_handle(handle, magic, addr);
         Ok(Self {
             listener,
-            shared: ListenerShared {
-                nic,
-                magic,
-                link,
-                flush,
-            },
+            shared: ListenerShared { nic, magic, opts },
             pending: Vec::new(),
         })
     }

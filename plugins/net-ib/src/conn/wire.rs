@@ -10,25 +10,31 @@
 //! 3. connector → listener: one byte `READY` once its QPs are connected.
 //!
 //! `ConnMeta` (little-endian): `version u32 | nqps u32 | lid u16 | link_layer u8 |
-//! mtu u8 | gid [16] | buf.addr u64 | buf.rkey u32 | qpn u32 × nqps`.
+//! mtu u8 | gid [16] | buf.addr u64 | buf.rkey u32 | tc u8 | sl u8 | flags u8 (bit 0:
+//! split data on QPs) | 0 u8 | per QP: qpn u32, ece_supported u32 (0/1), ece
+//! vendor_id u32, options u32, comp_mask u32`.
 
 use std::net::{IpAddr, SocketAddr};
 
 use cclkit_abi::net::NetHandle;
 use cclkit_abi::{Error, Result};
 
-use crate::nic::PortAddr;
+use crate::nic::{Ece, PortAddr};
 use crate::proto::endpoint::ConnMeta;
 use crate::proto::{MAX_QPS, RemoteBuf};
 
 /// Protocol version; both sides must run the same.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The byte that ends connection setup.
 pub const READY: u8 = 0xa5;
 /// Bytes of the connector's hello header (magic + length).
 pub const HELLO_HEADER: usize = 12;
+/// Bytes before the per-QP records.
+const HEADER: usize = 44;
+/// Bytes per QP record.
+const PER_QP: usize = 20;
 /// Largest metadata accepted.
-pub const MAX_META: usize = 40 + 4 * MAX_QPS;
+pub const MAX_META: usize = HEADER + PER_QP * MAX_QPS;
 
 /// Writes the listen handle.
 pub fn write_handle(handle: &mut NetHandle, magic: u64, addr: SocketAddr) {
@@ -81,7 +87,7 @@ pub fn read_handle(handle: &NetHandle) -> Result<(u64, SocketAddr)> {
 
 /// Serialises connection metadata.
 pub fn encode_meta(m: &ConnMeta) -> Vec<u8> {
-    let mut v = Vec::with_capacity(40 + 4 * m.qpns.len());
+    let mut v = Vec::with_capacity(HEADER + PER_QP * m.qpns.len());
     v.extend_from_slice(&VERSION.to_le_bytes());
     v.extend_from_slice(&(m.qpns.len() as u32).to_le_bytes());
     v.extend_from_slice(&m.port.lid.to_le_bytes());
@@ -90,8 +96,15 @@ pub fn encode_meta(m: &ConnMeta) -> Vec<u8> {
     v.extend_from_slice(&m.port.gid);
     v.extend_from_slice(&m.buf.addr.to_le_bytes());
     v.extend_from_slice(&m.buf.rkey.to_le_bytes());
-    for q in &m.qpns {
+    v.extend_from_slice(&[m.tc, m.sl, u8::from(m.split), 0]);
+    for (i, q) in m.qpns.iter().enumerate() {
         v.extend_from_slice(&q.to_le_bytes());
+        let ece = m.ece.get(i).copied().flatten();
+        v.extend_from_slice(&u32::from(ece.is_some()).to_le_bytes());
+        let e = ece.unwrap_or_default();
+        for w in [e.vendor_id, e.options, e.comp_mask] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
     }
     v
 }
@@ -109,13 +122,31 @@ pub fn decode_meta(b: &[u8]) -> Result<ConnMeta> {
         return Err(bad("protocol version differs (mixed cclkit-ib versions?)"));
     }
     let nqps = u32_at(4)? as usize;
-    if !(1..=MAX_QPS).contains(&nqps) || b.len() != 40 + 4 * nqps {
+    if !(1..=MAX_QPS).contains(&nqps) || b.len() != HEADER + PER_QP * nqps {
         return Err(bad(&format!("{nqps} QPs in {} bytes", b.len())));
+    }
+    if b[42] > 1 {
+        return Err(bad(&format!("flags {:#x}", b[42])));
     }
     let mut gid = [0u8; 16];
     gid.copy_from_slice(&b[12..28]);
     let mut addr = [0u8; 8];
     addr.copy_from_slice(&b[28..36]);
+    let mut qpns = Vec::with_capacity(nqps);
+    let mut ece = Vec::with_capacity(nqps);
+    for i in 0..nqps {
+        let o = HEADER + PER_QP * i;
+        qpns.push(u32_at(o)?);
+        ece.push(match u32_at(o + 4)? {
+            0 => None,
+            1 => Some(Ece {
+                vendor_id: u32_at(o + 8)?,
+                options: u32_at(o + 12)?,
+                comp_mask: u32_at(o + 16)?,
+            }),
+            other => return Err(bad(&format!("ECE flag {other}"))),
+        });
+    }
     Ok(ConnMeta {
         port: PortAddr {
             lid: u16::from_le_bytes([b[8], b[9]]),
@@ -127,9 +158,11 @@ pub fn decode_meta(b: &[u8]) -> Result<ConnMeta> {
             addr: u64::from_le_bytes(addr),
             rkey: u32_at(36)?,
         },
-        qpns: (0..nqps)
-            .map(|i| u32_at(40 + 4 * i))
-            .collect::<Result<_>>()?,
+        tc: b[40],
+        sl: b[41],
+        split: b[42] == 1,
+        qpns,
+        ece,
     })
 }
 
@@ -162,15 +195,30 @@ mod tests {
                 mtu: 5,
             },
             qpns: vec![0x11, 0x222, 0x3333],
+            ece: vec![
+                None,
+                Some(Ece {
+                    vendor_id: 0x02c9,
+                    options: 0x3000_0007,
+                    comp_mask: 1,
+                }),
+                None,
+            ],
             buf: RemoteBuf {
                 addr: 0x7fff_0000_1000,
                 rkey: 0xabcd,
             },
+            tc: 106,
+            sl: 5,
+            split: true,
         };
         let b = encode_meta(&m);
-        assert_eq!(b.len(), 52);
+        assert_eq!(b.len(), 44 + 3 * 20);
         assert_eq!(decode_meta(&b).unwrap(), m);
-        assert!(decode_meta(&b[..51]).is_err());
+        assert!(decode_meta(&b[..b.len() - 1]).is_err());
+        let mut flags = b.clone();
+        flags[42] = 7;
+        assert!(decode_meta(&flags).is_err());
         let mut wrong = b.clone();
         wrong[0] = 9;
         assert!(

@@ -16,13 +16,15 @@ use super::{MAX_RECVS, MAX_REQUESTS};
 /// One clear-to-send entry: where the sender may write one buffer of a receive.
 ///
 /// Wire layout (native endianness, both hosts run the same plugin build):
-/// `addr u64 | size u32, rkey u32 | tag i32, nreqs u32 | idx u64` = 32 bytes.
+/// `addr u64 | size[0..32] u32, rkey u32 | tag i32, nreqs u8, size[32..56] u24 |
+/// idx u64` = 32 bytes. The size has 56 bits (messages go up to NCCL's 1 TiB; NCCL's
+/// own `ncclIbSendFifo` has a 64-bit size in a 64-byte element).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FifoElem {
     /// Receive buffer address.
     pub addr: u64,
-    /// Posted size in bytes.
-    pub size: u32,
+    /// Posted size in bytes (below 2^56).
+    pub size: u64,
     /// Remote key of the receive buffer.
     pub rkey: u32,
     /// Tag the matching send must carry.
@@ -55,8 +57,10 @@ impl FifoElem {
     pub fn to_words(self) -> [u64; 4] {
         [
             self.addr,
-            u64::from(self.size) | u64::from(self.rkey) << 32,
-            u64::from(self.tag as u32) | u64::from(self.nreqs) << 32,
+            (self.size & 0xffff_ffff) | u64::from(self.rkey) << 32,
+            u64::from(self.tag as u32)
+                | u64::from(self.nreqs & 0xff) << 32
+                | (self.size >> 32 & 0xff_ffff) << 40,
             self.idx,
         ]
     }
@@ -65,10 +69,10 @@ impl FifoElem {
     pub fn from_words(w: [u64; 4]) -> Self {
         Self {
             addr: w[0],
-            size: w[1] as u32,
+            size: (w[1] & 0xffff_ffff) | (w[2] >> 40) << 32,
             rkey: (w[1] >> 32) as u32,
             tag: w[2] as u32 as i32,
-            nreqs: (w[2] >> 32) as u32,
+            nreqs: ((w[2] >> 32) & 0xff) as u32,
             idx: w[3],
         }
     }
@@ -176,7 +180,7 @@ mod tests {
     fn elem_round_trips_and_idx_is_the_last_word() {
         let e = FifoElem {
             addr: 0x7f00_dead_beef_0040,
-            size: 1 << 30,
+            size: (1 << 40) + 12345,
             rkey: 0xfeed_f00d,
             tag: -3,
             nreqs: 8,

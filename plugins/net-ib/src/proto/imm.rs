@@ -1,10 +1,11 @@
 //! The 32-bit immediate carried by the RDMA WRITE_WITH_IMM that completes a receive.
 //!
-//! * single-buffer receive: the immediate is the size sent (`< 2^31`; the plugin caps
-//!   messages at 1 GiB), so the receiver learns it without reading memory;
-//! * grouped receive (2 … 8 buffers): bit 31 is set and the low 31 bits are the
-//!   receive's sequence number (mod 2^31), checked by the receiver; the per-buffer
-//!   sizes were RDMA-written into its size records just before, on the same QP.
+//! * single-buffer receive of less than 2 GiB: the immediate is the size sent, so the
+//!   receiver learns it without reading memory;
+//! * grouped receive (2 … 8 buffers), or a single buffer of 2 GiB or more (messages go
+//!   up to NCCL's 1 TiB): bit 31 is set and the low 31 bits are the receive's sequence
+//!   number (mod 2^31), checked by the receiver; the WRITE_WITH_IMM itself wrote the
+//!   per-buffer sizes into its size records.
 //!
 //! Every QP of a connection carries one such write per message (the receiver posts
 //! one receive per QP), with the same immediate.
@@ -58,11 +59,12 @@ impl Imm {
         }
     }
 
-    /// Whether this immediate belongs to receive `idx` with `nbufs` buffers.
+    /// Whether this immediate belongs to receive `idx` with `nbufs` buffers (a single
+    /// buffer of 2 GiB or more also reports its size through the size records).
     pub fn matches(self, idx: u64, nbufs: usize) -> bool {
         match self {
             Imm::Single(_) => nbufs == 1,
-            Imm::Multi(_) => nbufs > 1 && self == Imm::multi(idx),
+            Imm::Multi(_) => self == Imm::multi(idx),
         }
     }
 }
@@ -93,7 +95,7 @@ mod tests {
             assert_eq!(Imm::decode(raw), imm);
             assert!(imm.matches(idx, 8));
             assert!(!imm.matches(idx + 1, 8));
-            assert!(!imm.matches(idx, 1));
+            assert!(imm.matches(idx, 1), "a ≥ 2 GiB single message uses records");
         }
         assert_eq!(Imm::decode(0x8000_0005), Imm::Multi(5));
         assert_eq!(Imm::decode(5), Imm::Single(5));

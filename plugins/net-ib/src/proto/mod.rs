@@ -3,33 +3,40 @@
 //! Per connection (NCCL_ABI.md §5.2 describes NCCL's own IB transport; this follows
 //! its ideas, not its code):
 //!
-//! 1. `irecv` posts one receive per QP (each catches one immediate), fills one
+//! 1. `irecv` posts one receive on each QP the message will use (one QP, round-robin,
+//!    by default; all with `NCCL_IB_SPLIT_DATA_ON_QPS=1`), fills one
 //!    [`fifo::FifoElem`] per buffer (address, size, rkey, tag, count, sequence
 //!    number) and RDMA-writes them into the sender's FIFO slot.
 //! 2. `isend` reads its next FIFO slot; until the receiver's entries are there it
 //!    returns no request (NCCL retries). It takes the entry whose tag matches, and
-//!    once every buffer of a grouped receive has its send, RDMA-writes the data, split
-//!    over the QPs in 128-byte-aligned chunks ([`split`]), each QP finishing with a
-//!    WRITE_WITH_IMM ([`imm`]). A grouped receive's per-buffer sizes are written into
-//!    the receiver's size records first, on QP 0.
-//! 3. The receive completes when every QP's immediate has arrived; the send when every
-//!    QP's signaled write has completed.
+//!    once every buffer of a grouped receive has its send, posts the work requests
+//!    [`plan`] lays out (data writes, then one WRITE_WITH_IMM per QP used, see
+//!    [`imm`]), as soon as those QPs have send-queue credit.
+//! 3. The receive completes when every used QP's immediate has arrived; the send when
+//!    every used QP's signaled write has completed.
+//!
+//! Fatal asynchronous events ([`crate::fatal`]) are checked on every call.
 //!
 //! Any completion error is fatal to the connection: every pending request fails with
 //! the error, which names the status, the QP and the side.
 
 use std::sync::Arc;
 
-use cclkit_abi::raw::net::MAX_NET_SIZE;
 use cclkit_abi::{Error, Result};
 
-use crate::nic::{Completion, Nic, QpCaps, WriteOrder};
+use crate::nic::{
+    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, Completion, Nic, QpCaps,
+    WriteOrder,
+};
 use crate::verbs::sys::wc_status_name;
 
 pub mod endpoint;
 pub mod fifo;
 pub mod imm;
+#[cfg(test)]
+mod item_tests;
 pub mod mr_cache;
+pub mod plan;
 pub mod recv;
 pub mod request;
 pub mod send;
@@ -44,26 +51,44 @@ pub const MAX_REQUESTS: usize = 32;
 pub const MAX_RECVS: usize = 8;
 /// Slots a sender may have posted and not yet seen complete.
 pub const MAX_INFLIGHT: usize = 2 * MAX_REQUESTS;
-/// Largest message (NCCL's `MAX_NET_SIZE`, 1 GiB): fits the immediate and `test()`'s
-/// `int` sizes. Reported as `maxP2pBytes`, so NCCL never sends more.
-pub const MAX_MESSAGE: usize = MAX_NET_SIZE;
+/// Largest message: NCCL's `NCCL_MAX_NET_SIZE_BYTES` (1 TiB), reported as
+/// `maxP2pBytes`. Sizes of 2 GiB and more travel in the size records; NCCL's
+/// `test()` takes `int` sizes, so completing one is reported as an error there.
+pub const MAX_MESSAGE: usize = 1 << 40;
 /// Most QPs per connection.
 pub const MAX_QPS: usize = 16;
 /// A receiver's CTS writes are unsignaled except one in this many (so its send queue
 /// drains without a completion per write).
 pub const CTS_SIGNAL_EVERY: u64 = 16;
 
-/// Queue sizes of a data QP: a sender slot needs up to `MAX_RECVS` data writes, one
-/// size-record write and one WRITE_WITH_IMM per QP.
+/// Queue sizes of a data QP: a sender slot needs up to `MAX_RECVS` data writes and
+/// one WRITE_WITH_IMM per QP (more only for chunks over 2 GiB, posted when credit
+/// allows). Sender QPs are written by the receiver's CTS: REMOTE_WRITE (NCCL's
+/// `ncclIbSenderQpsCreate`).
 pub const DATA_QP_CAPS: QpCaps = QpCaps {
     max_send_wr: (MAX_INFLIGHT * (MAX_RECVS + 2)) as u32,
     max_recv_wr: (2 * MAX_REQUESTS) as u32,
+    max_inline: 0,
+    access: ACCESS_REMOTE_WRITE,
 };
 
-/// Queue sizes of the loopback flush QP.
+/// Receiver data QPs: written by the sender's data, and REMOTE_READ as NCCL's
+/// `ncclIbReceiverQpsCreateToRts` gives them; inline CTS when `inline`.
+pub fn recv_qp_caps(inline: bool) -> QpCaps {
+    QpCaps {
+        max_inline: if inline { fifo::SLOT_BYTES as u32 } else { 0 },
+        access: ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+        ..DATA_QP_CAPS
+    }
+}
+
+/// Queue sizes of the loopback flush QP (LOCAL_WRITE | REMOTE_READ: it reads from
+/// itself into local memory).
 pub const FLUSH_QP_CAPS: QpCaps = QpCaps {
     max_send_wr: (2 * MAX_REQUESTS) as u32,
     max_recv_wr: 1,
+    max_inline: 0,
+    access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ,
 };
 
 /// CQ depth for `nqps` data QPs (plus a flush QP): every WR can complete, even when
@@ -72,6 +97,8 @@ pub fn cq_depth(nqps: usize) -> u32 {
     let per_qp = DATA_QP_CAPS.max_send_wr + DATA_QP_CAPS.max_recv_wr;
     (nqps as u32) * per_qp + FLUSH_QP_CAPS.max_send_wr
 }
+
+pub use send::SendBuf;
 
 /// Where the peer may write: address and rkey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

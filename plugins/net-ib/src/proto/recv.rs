@@ -10,6 +10,7 @@ use cclkit_abi::{Error, Result};
 use super::endpoint::Endpoint;
 use super::fifo::{ELEM_BYTES, FifoElem, SIZES_SLOT_BYTES, SLOT_BYTES, slot_of};
 use super::imm::Imm;
+use super::plan::qps_for;
 use super::request::ReqCell;
 use super::{
     CTS_SIGNAL_EVERY, MAX_MESSAGE, MAX_RECVS, MAX_REQUESTS, Registered, RemoteBuf,
@@ -33,11 +34,20 @@ pub struct RecvTarget {
 /// A posted receive, until every QP's immediate arrived.
 struct Posted {
     idx: u64,
-    sizes: [u32; MAX_RECVS],
+    sizes: [u64; MAX_RECVS],
     n: usize,
     events_left: usize,
     single: Option<u32>,
     cell: Arc<ReqCell>,
+}
+
+/// How the receiver posts (from its settings and the sender's metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecvOpts {
+    /// The sender's `NCCL_IB_SPLIT_DATA_ON_QPS`: which QPs a message arrives on.
+    pub split: bool,
+    /// `NCCL_IB_USE_INLINE`: CTS entries are posted inline.
+    pub inline: bool,
 }
 
 /// The loopback QP that flushes GPU receives with a 1-byte RDMA READ.
@@ -67,6 +77,7 @@ pub struct Receiver<N: Nic> {
     cts: Registered<N>,
     sizes: Registered<N>,
     remote_fifo: RemoteBuf,
+    opts: RecvOpts,
     /// Sequence number of the last receive posted.
     tail: u64,
     slots: Vec<Option<Posted>>,
@@ -81,6 +92,7 @@ impl<N: Nic> Receiver<N> {
         sizes: Registered<N>,
         flush: Option<Flush<N>>,
         remote_fifo: RemoteBuf,
+        opts: RecvOpts,
     ) -> Self {
         Self {
             flush,
@@ -88,6 +100,7 @@ impl<N: Nic> Receiver<N> {
             cts,
             sizes,
             remote_fifo,
+            opts,
             tail: 0,
             slots: (0..MAX_REQUESTS).map(|_| None).collect(),
             fatal: None,
@@ -109,6 +122,9 @@ impl<N: Nic> Receiver<N> {
     /// `MAX_REQUESTS` receives are still in flight (NCCL retries).
     pub fn irecv(&mut self, bufs: &[RecvTarget]) -> Result<Option<Arc<ReqCell>>> {
         self.check()?;
+        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+            return Err(self.fail(e));
+        }
         let n = bufs.len();
         if !(1..=MAX_RECVS).contains(&n) {
             return Err(Error::invalid_argument(format!(
@@ -133,15 +149,15 @@ impl<N: Nic> Receiver<N> {
             return Err(self.fail(e));
         }
         let cell = Arc::new(ReqCell::new(n));
-        let mut sizes = [0u32; MAX_RECVS];
+        let mut sizes = [0u64; MAX_RECVS];
         for (s, b) in sizes.iter_mut().zip(bufs) {
-            *s = b.len as u32;
+            *s = b.len as u64;
         }
         self.slots[slot] = Some(Posted {
             idx,
             sizes,
             n,
-            events_left: self.ep.qps.len(),
+            events_left: qps_for(idx, self.ep.qps.len(), self.opts.split).count(),
             single: None,
             cell: Arc::clone(&cell),
         });
@@ -149,10 +165,12 @@ impl<N: Nic> Receiver<N> {
         Ok(Some(cell))
     }
 
-    /// One receive per QP for the immediates, then the CTS write into the sender's FIFO.
+    /// One receive on each QP the message will use (NCCL's `ncclIbIrecv` with
+    /// `ncclIbCommBaseGetQpForRequest`), then the CTS write into the sender's FIFO on
+    /// the first QP (`ncclIbPostFifo` / `ncclIbRecvCommGetQpForCts`).
     fn post(&mut self, idx: u64, bufs: &[RecvTarget]) -> Result<()> {
-        for qp in &mut self.ep.qps {
-            self.ep.nic.post_recv(qp, idx)?;
+        for q in qps_for(idx, self.ep.qps.len(), self.opts.split) {
+            self.ep.nic.post_recv(&mut self.ep.qps[q], idx)?;
         }
         let slot = slot_of(idx);
         for (r, b) in bufs.iter().enumerate() {
@@ -161,7 +179,7 @@ impl<N: Nic> Receiver<N> {
                 r,
                 FifoElem {
                     addr: b.addr,
-                    size: b.len as u32,
+                    size: b.len as u64,
                     rkey: b.rkey,
                     tag: b.tag,
                     nreqs: bufs.len() as u32,
@@ -180,6 +198,7 @@ impl<N: Nic> Receiver<N> {
             remote_addr: self.remote_fifo.addr + (slot * SLOT_BYTES) as u64,
             rkey: self.remote_fifo.rkey,
             signaled: idx % CTS_SIGNAL_EVERY == 0,
+            inline: self.opts.inline,
         };
         self.ep.nic.post_send(&mut self.ep.qps[0], &[wr])
     }
@@ -204,6 +223,7 @@ impl<N: Nic> Receiver<N> {
             remote_addr: addr,
             rkey,
             signaled: true,
+            inline: false,
         };
         if let Err(e) = self.ep.nic.post_send(&mut flush.qp, &[wr]) {
             return Err(self.fail(e));
@@ -216,6 +236,9 @@ impl<N: Nic> Receiver<N> {
     /// Polls the CQ and completes finished receives and flushes.
     pub fn progress(&mut self) -> Result<()> {
         self.check()?;
+        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+            return Err(self.fail(e));
+        }
         self.completions.clear();
         if let Err(e) = self
             .ep
@@ -272,7 +295,7 @@ impl<N: Nic> Receiver<N> {
             )));
         }
         if let Imm::Single(size) = imm {
-            if size > p.sizes[0] || p.single.is_some_and(|s| s != size) {
+            if u64::from(size) > p.sizes[0] || p.single.is_some_and(|s| s != size) {
                 return Err(Error::remote(format!(
                     "NET/cclkit-ib: peer sent {size} bytes into a {}-byte receive",
                     p.sizes[0]
@@ -284,22 +307,22 @@ impl<N: Nic> Receiver<N> {
         if p.events_left > 0 {
             return Ok(());
         }
-        let mut got = [0u32; MAX_RECVS];
+        let mut got = [0u64; MAX_RECVS];
         if let Some(size) = p.single {
-            got[0] = size;
+            got[0] = u64::from(size);
         } else {
             for (r, g) in got.iter_mut().enumerate().take(p.n) {
                 let v = self
                     .sizes
                     .mem()
                     .load(slot * SIZES_SLOT_BYTES + 8 * r, Ordering::Relaxed);
-                if v > u64::from(p.sizes[r]) {
+                if v > p.sizes[r] {
                     return Err(Error::remote(format!(
                         "NET/cclkit-ib: peer sent {v} bytes into buffer {r} ({} bytes) of receive {idx}",
                         p.sizes[r]
                     )));
                 }
-                *g = v as u32;
+                *g = v;
             }
         }
         p.cell.complete(&got[..p.n]);

@@ -1,7 +1,7 @@
 //! Completion state of one request, shared between the comm (which completes it
 //! while polling its CQ) and the request handle NCCL tests.
 
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use super::MAX_RECVS;
 
@@ -25,7 +25,7 @@ pub enum State {
 pub struct ReqCell {
     state: AtomicU8,
     n: usize,
-    sizes: [AtomicU32; MAX_RECVS],
+    sizes: [AtomicU64; MAX_RECVS],
 }
 
 impl ReqCell {
@@ -49,7 +49,7 @@ impl ReqCell {
     }
 
     /// Completes with one size per buffer (extra entries are ignored).
-    pub fn complete(&self, sizes: &[u32]) {
+    pub fn complete(&self, sizes: &[u64]) {
         for (slot, s) in self.sizes.iter().zip(sizes) {
             slot.store(*s, Ordering::Relaxed);
         }
@@ -77,7 +77,7 @@ impl ReqCell {
     }
 
     /// Size of buffer `i` (valid once done).
-    pub fn size(&self, i: usize) -> u32 {
+    pub fn size(&self, i: usize) -> u64 {
         self.sizes.get(i).map_or(0, |s| s.load(Ordering::Relaxed))
     }
 }

@@ -7,11 +7,12 @@ use cclkit_abi::{Error, Result};
 
 use super::endpoint::Endpoint;
 use super::fifo::{FifoElem, SIZES_SLOT_BYTES, slot_of};
-use super::imm::Imm;
+use super::plan::{Records, SendOpts, plan, uses_records};
 use super::request::ReqCell;
-use super::split::chunk;
-use super::{MAX_INFLIGHT, MAX_RECVS, Registered, RemoteBuf, completion_error, fail_cells};
-use crate::nic::{Completion, CompletionKind, Nic, Op, SendWr, Sge};
+use super::{
+    DATA_QP_CAPS, MAX_INFLIGHT, MAX_RECVS, Registered, RemoteBuf, completion_error, fail_cells,
+};
+use crate::nic::{Completion, CompletionKind, Nic, SendWr, Sge};
 
 /// A buffer to send and the local key of the registration covering it.
 #[derive(Debug, Clone, Copy)]
@@ -32,11 +33,19 @@ struct Matching {
     matched: usize,
 }
 
+/// A fully matched slot whose work requests wait for send-queue credit.
+struct Ready {
+    idx: u64,
+    wrs: Vec<(usize, Vec<SendWr>)>,
+    cells: Vec<(Arc<ReqCell>, u64)>,
+}
+
 /// A slot whose writes are posted; done when every QP's signaled write completed.
 struct Inflight {
     idx: u64,
-    events_left: usize,
-    cells: Vec<(Arc<ReqCell>, u32)>,
+    /// (QP index, WRs posted there): credit returned when its completion is polled.
+    qps: Vec<(usize, usize)>,
+    cells: Vec<(Arc<ReqCell>, u64)>,
 }
 
 /// The sending half of a connected comm.
@@ -45,13 +54,17 @@ pub struct Sender<N: Nic> {
     fifo: Registered<N>,
     sizes_out: Registered<N>,
     remote_sizes: RemoteBuf,
-    /// Sequence number of the last slot posted (the next is `head + 1`).
+    opts: SendOpts,
+    /// Sequence number of the last slot matched (the next is `head + 1`).
     head: u64,
     matching: Option<Matching>,
+    ready: VecDeque<Ready>,
     inflight: VecDeque<Inflight>,
+    /// Send-queue slots free per QP: a WR's slot is free again only once the
+    /// completion of it (or of a later signaled WR) is polled, as in verbs.
+    credit: Vec<usize>,
     fatal: Option<Error>,
     completions: Vec<Completion>,
-    wrs: Vec<SendWr>,
 }
 
 impl<N: Nic> Sender<N> {
@@ -60,18 +73,22 @@ impl<N: Nic> Sender<N> {
         fifo: Registered<N>,
         sizes_out: Registered<N>,
         remote_sizes: RemoteBuf,
+        opts: SendOpts,
     ) -> Self {
+        let credit = vec![DATA_QP_CAPS.max_send_wr as usize; ep.qps.len()];
         Self {
             ep,
             fifo,
             sizes_out,
             remote_sizes,
+            opts,
             head: 0,
             matching: None,
+            ready: VecDeque::new(),
             inflight: VecDeque::new(),
+            credit,
             fatal: None,
             completions: Vec::new(),
-            wrs: Vec::new(),
         }
     }
 
@@ -89,10 +106,13 @@ impl<N: Nic> Sender<N> {
     /// is there (NCCL retries). A send larger than the posted receive is an error.
     pub fn isend(&mut self, buf: SendBuf, tag: i32) -> Result<Option<Arc<ReqCell>>> {
         self.check()?;
+        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+            return Err(self.fail(e));
+        }
         if self.matching.is_none() {
-            if self.inflight.len() >= MAX_INFLIGHT {
+            if self.inflight.len() + self.ready.len() >= MAX_INFLIGHT {
                 self.progress()?;
-                if self.inflight.len() >= MAX_INFLIGHT {
+                if self.inflight.len() + self.ready.len() >= MAX_INFLIGHT {
                     return Ok(None);
                 }
             }
@@ -134,7 +154,8 @@ impl<N: Nic> Sender<N> {
         m.matched += 1;
         if m.matched == m.elems.len() {
             if let Some(m) = self.matching.take() {
-                if let Err(e) = self.post(m) {
+                let r = self.prepare(m).and_then(|()| self.post_ready());
+                if let Err(e) = r {
                     return Err(self.fail(e));
                 }
             }
@@ -176,90 +197,86 @@ impl<N: Nic> Sender<N> {
         }))
     }
 
-    /// Writes every buffer of a fully matched slot, split over the QPs.
-    fn post(&mut self, m: Matching) -> Result<()> {
+    /// Plans the work requests of a fully matched slot (NCCL's `ncclIbMultiSend`)
+    /// and queues them for posting.
+    fn prepare(&mut self, m: Matching) -> Result<()> {
         let n = m.elems.len();
-        let nqps = self.ep.qps.len();
         let slot = slot_of(m.idx);
         let mut sends = Vec::with_capacity(n);
+        let mut cells = Vec::with_capacity(n);
         for s in m.sends.into_iter().take(n) {
-            sends.push(s.ok_or_else(|| Error::internal("posting a partly matched slot"))?);
+            let (b, c) = s.ok_or_else(|| Error::internal("posting a partly matched slot"))?;
+            sends.push(b);
+            cells.push((c, b.len as u64));
         }
-        let imm = if n == 1 {
-            Imm::single(sends[0].0.len)?
-        } else {
-            for (r, (b, _)) in sends.iter().enumerate() {
+        if uses_records(&sends) {
+            for (r, b) in sends.iter().enumerate() {
                 self.sizes_out.mem().store(
                     slot * SIZES_SLOT_BYTES + 8 * r,
                     b.len as u64,
                     std::sync::atomic::Ordering::Relaxed,
                 );
             }
-            Imm::multi(m.idx)
         }
-        .encode();
-        // Tracked before posting, so a failure below fails these requests too.
-        self.inflight.push_back(Inflight {
-            idx: m.idx,
-            events_left: nqps,
-            cells: sends
-                .iter()
-                .map(|(b, c)| (Arc::clone(c), b.len as u32))
-                .collect(),
-        });
+        let records = Records {
+            local: Sge {
+                addr: (self.sizes_out.mem().addr() + slot * SIZES_SLOT_BYTES) as u64,
+                len: (8 * n) as u32,
+                lkey: self.sizes_out.lkey(),
+            },
+            remote: RemoteBuf {
+                addr: self.remote_sizes.addr + (slot * SIZES_SLOT_BYTES) as u64,
+                rkey: self.remote_sizes.rkey,
+            },
+        };
+        let wrs = plan(
+            m.idx,
+            &sends,
+            &m.elems,
+            records,
+            self.ep.qps.len(),
+            self.opts,
+        );
+        if let Some((q, w)) = wrs
+            .iter()
+            .find(|(_, w)| w.len() > DATA_QP_CAPS.max_send_wr as usize)
+        {
+            return Err(Error::invalid_usage(format!(
+                "NET/cclkit-ib: message {} needs {} work requests on QP {q}, more than its \
+                 send queue ({})",
+                m.idx,
+                w.len(),
+                DATA_QP_CAPS.max_send_wr
+            )));
+        }
         self.head = m.idx;
-        for q in 0..nqps {
-            self.wrs.clear();
-            if q == 0 && n > 1 {
-                self.wrs.push(SendWr {
-                    wr_id: m.idx,
-                    op: Op::Write,
-                    local: Some(Sge {
-                        addr: (self.sizes_out.mem().addr() + slot * SIZES_SLOT_BYTES) as u64,
-                        len: (8 * n) as u32,
-                        lkey: self.sizes_out.lkey(),
-                    }),
-                    remote_addr: self.remote_sizes.addr + (slot * SIZES_SLOT_BYTES) as u64,
-                    rkey: self.remote_sizes.rkey,
-                    signaled: false,
-                });
+        self.ready.push_back(Ready {
+            idx: m.idx,
+            wrs,
+            cells,
+        });
+        Ok(())
+    }
+
+    /// Posts ready slots, in order, while every QP they use has send-queue credit.
+    fn post_ready(&mut self) -> Result<()> {
+        while let Some(r) = self.ready.front() {
+            if r.wrs.iter().any(|(q, w)| self.credit[*q] < w.len()) {
+                return Ok(());
             }
-            let mut last_is_data = false;
-            for ((b, _), e) in sends.iter().zip(&m.elems) {
-                let c = chunk(b.len, nqps, q);
-                if c.is_empty() {
-                    continue;
-                }
-                self.wrs.push(SendWr {
-                    wr_id: m.idx,
-                    op: Op::Write,
-                    local: Some(Sge {
-                        addr: b.addr + c.start as u64,
-                        len: c.len() as u32,
-                        lkey: b.lkey,
-                    }),
-                    remote_addr: e.addr + c.start as u64,
-                    rkey: e.rkey,
-                    signaled: false,
-                });
-                last_is_data = true;
+            let Some(r) = self.ready.pop_front() else {
+                return Ok(());
+            };
+            // Tracked before posting, so a failure below fails these requests too.
+            self.inflight.push_back(Inflight {
+                idx: r.idx,
+                qps: r.wrs.iter().map(|(q, w)| (*q, w.len())).collect(),
+                cells: r.cells,
+            });
+            for (q, w) in &r.wrs {
+                self.credit[*q] -= w.len();
+                self.ep.nic.post_send(&mut self.ep.qps[*q], w)?;
             }
-            match self.wrs.last_mut() {
-                // The QP's last data write carries the immediate (one WR less).
-                Some(last) if last_is_data => {
-                    last.op = Op::WriteImm(imm);
-                    last.signaled = true;
-                }
-                _ => self.wrs.push(SendWr {
-                    wr_id: m.idx,
-                    op: Op::WriteImm(imm),
-                    local: None,
-                    remote_addr: m.elems[0].addr,
-                    rkey: m.elems[0].rkey,
-                    signaled: true,
-                }),
-            }
-            self.ep.nic.post_send(&mut self.ep.qps[q], &self.wrs)?;
         }
         Ok(())
     }
@@ -267,6 +284,9 @@ impl<N: Nic> Sender<N> {
     /// Polls the CQ and completes finished sends.
     pub fn progress(&mut self) -> Result<()> {
         self.check()?;
+        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+            return Err(self.fail(e));
+        }
         self.completions.clear();
         if let Err(e) = self
             .ep
@@ -289,15 +309,26 @@ impl<N: Nic> Sender<N> {
                     c.wr_id
                 ))));
             };
+            let q = self.ep.qp_index(c.qp_num);
             let f = &mut self.inflight[pos];
-            f.events_left -= 1;
-            if f.events_left == 0 {
+            let Some(at) = q.and_then(|q| f.qps.iter().position(|(fq, _)| *fq == q)) else {
+                return Err(self.fail(Error::internal(format!(
+                    "NET/cclkit-ib: completion of slot {} on QP {:#x}, which it did not use",
+                    c.wr_id, c.qp_num
+                ))));
+            };
+            let (q, n) = f.qps.swap_remove(at);
+            self.credit[q] += n;
+            if f.qps.is_empty() {
                 if let Some(done) = self.inflight.remove(pos) {
                     for (cell, size) in &done.cells {
                         cell.complete(&[*size]);
                     }
                 }
             }
+        }
+        if let Err(e) = self.post_ready() {
+            return Err(self.fail(e));
         }
         Ok(())
     }
@@ -316,6 +347,11 @@ impl<N: Nic> Sender<N> {
             self.inflight
                 .iter()
                 .flat_map(|f| f.cells.iter().map(|(c, _)| c)),
+        );
+        fail_cells(
+            self.ready
+                .iter()
+                .flat_map(|r| r.cells.iter().map(|(c, _)| c)),
         );
         if let Some(m) = &self.matching {
             fail_cells(m.sends.iter().flatten().map(|(_, c)| c));

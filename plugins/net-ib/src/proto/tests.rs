@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 
-use super::endpoint::{ReceiverHalf, SenderHalf};
+use super::endpoint::{AcceptOpts, ConnectOpts, SenderHalf, accept};
+use super::plan::SendOpts;
 use super::recv::{Receiver, RecvTarget};
 use super::request::{ReqCell, State};
 use super::send::{SendBuf, Sender};
@@ -17,25 +18,37 @@ use crate::fake::{self, FakeFabric, FakeMr, FakeNic};
 use crate::nic::{Link, Nic, Op, WriteOrder};
 use cclkit_abi::raw::common::NcclResult;
 
-const SENDER: u32 = 1;
-const RECEIVER: u32 = 2;
+pub(super) const SENDER: u32 = 1;
+pub(super) const RECEIVER: u32 = 2;
 
-struct Pair {
-    fabric: Arc<FakeFabric>,
-    a: Arc<FakeNic>,
-    b: Arc<FakeNic>,
-    snd: Sender<FakeNic>,
-    rcv: Receiver<FakeNic>,
+pub(super) struct Pair {
+    pub fabric: Arc<FakeFabric>,
+    pub a: Arc<FakeNic>,
+    pub b: Arc<FakeNic>,
+    pub snd: Sender<FakeNic>,
+    pub rcv: Receiver<FakeNic>,
 }
 
 fn pair(nqps: usize, flush: bool) -> Pair {
-    let fabric = FakeFabric::new();
+    pair_with(FakeFabric::new(), nqps, flush, SendOpts::default())
+}
+
+/// A connected pair on `fabric` (configure its nodes first).
+pub(super) fn pair_with(fabric: Arc<FakeFabric>, nqps: usize, flush: bool, send: SendOpts) -> Pair {
     let (a, b) = (fabric.nic(SENDER), fabric.nic(RECEIVER));
-    let link = Link::default();
-    let sh = SenderHalf::new(Arc::clone(&a), nqps).unwrap();
-    let rh = ReceiverHalf::new(Arc::clone(&b), nqps, flush, link).unwrap();
-    let (rcv, meta) = rh.connect(&sh.meta(), link).unwrap();
-    let snd = sh.connect(&meta, link).unwrap();
+    let opts = ConnectOpts {
+        nqps,
+        link: Link::default(),
+        ece: true,
+        send,
+    };
+    let sh = SenderHalf::new(Arc::clone(&a), opts).unwrap();
+    let accept_opts = AcceptOpts {
+        flush,
+        ..AcceptOpts::default()
+    };
+    let (rcv, meta) = accept(Arc::clone(&b), &sh.meta(), accept_opts).unwrap();
+    let snd = sh.connect(&meta).unwrap();
     Pair {
         fabric,
         a,
@@ -46,13 +59,13 @@ fn pair(nqps: usize, flush: bool) -> Pair {
 }
 
 /// A registered test buffer.
-struct Buf {
-    data: Vec<u8>,
+pub(super) struct Buf {
+    pub data: Vec<u8>,
     mr: FakeMr,
 }
 
 impl Buf {
-    fn new(nic: &FakeNic, data: Vec<u8>) -> Self {
+    pub fn new(nic: &FakeNic, data: Vec<u8>) -> Self {
         // SAFETY: `data` lives in the returned value next to its registration, and is
         // never reallocated.
         let mr = unsafe {
@@ -65,19 +78,19 @@ impl Buf {
         .unwrap();
         Self { data, mr }
     }
-    fn random(nic: &FakeNic, len: usize) -> Self {
+    pub fn random(nic: &FakeNic, len: usize) -> Self {
         let mut v = vec![0u8; len];
         rand::rng().fill_bytes(&mut v);
         Self::new(nic, v)
     }
-    fn send(&self, len: usize) -> SendBuf {
+    pub fn send(&self, len: usize) -> SendBuf {
         SendBuf {
             addr: self.data.as_ptr() as u64,
             len,
             lkey: FakeNic::keys(&self.mr).0,
         }
     }
-    fn target(&self, tag: i32) -> RecvTarget {
+    pub fn target(&self, tag: i32) -> RecvTarget {
         RecvTarget {
             addr: self.data.as_ptr() as u64,
             len: self.data.len(),
@@ -90,13 +103,13 @@ impl Buf {
 const DEADLINE: Duration = Duration::from_secs(20);
 
 impl Pair {
-    fn drive(&mut self) {
+    pub fn drive(&mut self) {
         let _ = self.snd.progress();
         let _ = self.rcv.progress();
     }
 
     /// Polls both sides until every cell left `Pending`.
-    fn wait(&mut self, cells: &[&Arc<ReqCell>]) {
+    pub fn wait(&mut self, cells: &[&Arc<ReqCell>]) {
         let start = Instant::now();
         while cells.iter().any(|c| c.state() == State::Pending) {
             assert!(start.elapsed() < DEADLINE, "requests did not complete");
@@ -105,7 +118,7 @@ impl Pair {
     }
 
     /// Retries `isend` (driving the receiver) until it yields a request.
-    fn isend(&mut self, b: SendBuf, tag: i32) -> Arc<ReqCell> {
+    pub fn isend(&mut self, b: SendBuf, tag: i32) -> Arc<ReqCell> {
         let start = Instant::now();
         loop {
             if let Some(c) = self.snd.isend(b, tag).unwrap() {
@@ -278,7 +291,11 @@ fn a_send_waits_for_its_tag_and_a_send_larger_than_the_receive_is_an_error() {
 #[test]
 fn data_is_split_over_qps_in_128_byte_aligned_chunks_each_ending_with_an_immediate() {
     let nqps = 4;
-    let mut p = pair(nqps, false);
+    let split = SendOpts {
+        split: true,
+        ..SendOpts::default()
+    };
+    let mut p = pair_with(FakeFabric::new(), nqps, false, split);
     let size = 10_000;
     let src = Buf::random(&p.a, size);
     let dst = Buf::new(&p.b, vec![0; size]);
@@ -340,7 +357,8 @@ fn an_injected_completion_error_fails_the_requests_and_the_connection() {
     for _ in 0..5 {
         p.drive();
     }
-    let qpn = p.fabric.qps_of(SENDER)[1];
+    // Message 1 travels on the first QP (one QP per message, round-robin).
+    let qpn = p.fabric.qps_of(SENDER)[0];
     p.fabric.inject_error(qpn, fake::RETRY_EXC_ERR);
     let s = p.isend(src.send(4096), 0);
     p.wait(&[&s]);
@@ -480,12 +498,12 @@ fn irecv_rejects_bad_buffer_counts() {
 
 #[test]
 fn two_threads_stream_grouped_and_single_messages() {
-    let fabric = FakeFabric::new();
-    let (a, b) = (fabric.nic(SENDER), fabric.nic(RECEIVER));
-    let sh = SenderHalf::new(Arc::clone(&a), 3).unwrap();
-    let rh = ReceiverHalf::new(Arc::clone(&b), 3, false, Link::default()).unwrap();
-    let (mut rcv, meta) = rh.connect(&sh.meta(), Link::default()).unwrap();
-    let mut snd = sh.connect(&meta, Link::default()).unwrap();
+    let split = SendOpts {
+        split: true,
+        ..SendOpts::default()
+    };
+    let Pair { a, b, snd, rcv, .. } = pair_with(FakeFabric::new(), 3, false, split);
+    let (mut snd, mut rcv) = (snd, rcv);
     const ROUNDS: usize = 300;
     // Message k has 1 + k % 3 buffers of `len(k, i)` bytes filled with `byte(k, i)`.
     let nbufs = |k: usize| 1 + k % 3;

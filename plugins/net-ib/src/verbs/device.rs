@@ -2,6 +2,7 @@
 //! the properties NCCL reads (speed, port, guid, PCI path, pointer support, …).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use cclkit_abi::net::Properties;
 use cclkit_abi::raw::common::ptr;
@@ -9,12 +10,17 @@ use cclkit_abi::raw::common::subsys;
 use cclkit_abi::raw::net::MAX_COLLNET_SIZE;
 use cclkit_abi::{Error, Result, nccl_info, nccl_warn};
 
+use super::events::Monitor;
+use super::gid::{SysfsTable, choose_gid_index};
 use super::loader;
-use super::nic::VerbsNic;
-use super::safe::{Context, DeviceList, Pd};
+use super::nic::{VerbsNic, VerbsPort};
+use super::safe::{DeviceList, Pd};
 use super::sys::*;
-use crate::config::{Config, Family};
+use crate::config::Config;
+use crate::fatal::FatalState;
+use crate::nic::PortAddr;
 use crate::proto::{MAX_MESSAGE, MAX_RECVS};
+use crate::route::LocalPort;
 
 /// A usable port and what NCCL should know about it.
 pub struct Found {
@@ -24,54 +30,87 @@ pub struct Found {
     pub props: Properties,
 }
 
-/// Link speed in Mbps from `ibv_port_attr` (NCCL's tables: per-lane rate of the
-/// lowest set `active_speed` bit × lanes of the lowest set `active_width` bit).
-pub fn port_speed_mbps(active_speed: u8, active_width: u8) -> i32 {
+/// Link speed in Mbps from `ibv_port_attr` (NCCL's `ncclIbSpeed` × `ncclIbWidth`:
+/// per-lane rate of the lowest set speed bit × lanes of the lowest set width bit).
+/// `speed` is `active_speed_ex` when the library reports it (XDR is bit 8, which
+/// does not fit the 8-bit `active_speed`), else `active_speed`.
+pub fn port_speed_mbps(speed: u32, active_width: u8) -> i32 {
     const SPEEDS: [i32; 9] = [
         2500, 5000, 10000, 10000, 14000, 25000, 50000, 100000, 200000,
     ];
     const WIDTHS: [i32; 5] = [1, 4, 8, 12, 2];
-    let first = |v: u8, max: usize| (0..max).find(|i| v & (1 << i) != 0).unwrap_or(max);
-    SPEEDS[first(active_speed, SPEEDS.len() - 1)] * WIDTHS[first(active_width, WIDTHS.len() - 1)]
+    let first = |v: u32, max: usize| (0..max).find(|i| v & (1 << i) != 0).unwrap_or(max);
+    SPEEDS[first(speed, SPEEDS.len() - 1)]
+        * WIDTHS[first(u32::from(active_width), WIDTHS.len() - 1)]
 }
 
-/// One GID table entry considered for RoCE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GidCandidate {
-    /// Index in the port's table.
-    pub index: u32,
-    /// The GID.
-    pub gid: [u8; 16],
-    /// RoCE v2 (true), v1 (false), unknown (None).
-    pub roce_v2: Option<bool>,
-}
-
-fn is_v4_mapped(gid: &[u8; 16]) -> bool {
-    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
-}
-
-/// Picks the RoCE GID as NCCL does when `NCCL_IB_GID_INDEX` is unset: a configured,
-/// non-link-local GID of the wanted address family, preferring the wanted RoCE
-/// version; the lowest index among equals.
-pub fn select_gid(cands: &[GidCandidate], family: Family, roce_version: u32) -> Option<u32> {
-    let score = |c: &GidCandidate| -> Option<u32> {
-        let zero = c.gid.iter().all(|&b| b == 0);
-        let link_local = c.gid[0] == 0xfe && c.gid[1] & 0xc0 == 0x80;
-        if zero || link_local {
-            return None;
-        }
-        let fam = match family {
-            Family::V4 => is_v4_mapped(&c.gid),
-            Family::V6 => !is_v4_mapped(&c.gid),
-        };
-        let ver = c.roce_v2 == Some(roce_version == 2);
-        Some(2 * u32::from(fam) + u32::from(ver))
+/// The port speed NCCL reports (`ncclIbInitDevices`): `ibv_query_port_speed`
+/// (100 Mbps units) when available, else the speed/width tables with
+/// `active_speed_ex` preferred over `active_speed` when non-zero.
+pub fn choose_speed_mbps(
+    queried: Option<u64>,
+    active_speed: u8,
+    active_speed_ex: u32,
+    active_width: u8,
+) -> i32 {
+    if let Some(q) = queried {
+        return i32::try_from(q.saturating_mul(100)).unwrap_or(i32::MAX);
+    }
+    let speed = if active_speed_ex != 0 {
+        active_speed_ex
+    } else {
+        u32::from(active_speed)
     };
-    cands
-        .iter()
-        .filter_map(|c| score(c).map(|s| (s, c.index)))
-        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
-        .map(|(_, i)| i)
+    port_speed_mbps(speed, active_width)
+}
+
+/// `ptrSupport` as NCCL's `ncclIbGetPhysProperties`: HOST always; CUDA only with a
+/// peer-memory module (GPU memory then registers through plain `ibv_reg_mr`);
+/// DMABUF when the dma-buf probe passes, leaving it to NCCL to register GPU memory
+/// through `regMrDmaBuf` (NCCL's core uses GPUDirect when CUDA, or DMABUF and its own
+/// dma-buf support, is there).
+pub fn ptr_support(peermem: bool, dmabuf: bool) -> i32 {
+    let mut p = ptr::HOST;
+    if peermem {
+        p |= ptr::CUDA;
+    }
+    if dmabuf {
+        p |= ptr::DMABUF;
+    }
+    p
+}
+
+/// `ibv_fork_init`, as NCCL's `ncclIbInitDevices` calls it before listing devices:
+/// with it, registered pages are `MADV_DONTFORK`, so a process that forks after
+/// init (data-loader workers) does not copy-on-write registered memory (hangs or
+/// corrupt data on kernels before 5.13). On newer kernels the library returns at
+/// once (`IBV_FORK_UNNEEDED`). `RDMAV_FORK_SAFE` / `IBV_FORK_SAFE` are honoured by
+/// libibverbs itself. A failure is logged and ignored, as in NCCL.
+fn fork_init(verbs: &loader::Verbs) {
+    let Some(init) = verbs.fork_init else {
+        nccl_warn!("NET/cclkit-ib: libibverbs lacks ibv_fork_init; fork() after init is unsafe");
+        return;
+    };
+    // SAFETY: no arguments; idempotent, and safe before any registration.
+    let r = unsafe { init() };
+    if r != 0 {
+        nccl_warn!(
+            "NET/cclkit-ib: ibv_fork_init failed ({}); fork() after init is unsafe",
+            std::io::Error::from_raw_os_error(r.abs())
+        );
+    }
+}
+
+/// `ibv_query_port_speed` when the library has it and `NCCL_IB_QUERY_PORT_SPEED`
+/// allows (NCCL's `wrap_ibv_query_port_speed`).
+fn query_speed(ctx: &super::safe::Context, port: u8, cfg: &Config) -> Option<u64> {
+    let f = ctx
+        .verbs()
+        .query_port_speed
+        .filter(|_| cfg.query_port_speed)?;
+    let mut speed = 0u64;
+    // SAFETY: live context, valid out-pointer.
+    (unsafe { f(ctx.as_raw(), port, &mut speed) } == 0).then_some(speed)
 }
 
 /// GPUDirect RDMA through a peer-memory module (`nv_peermem`), as NCCL checks it.
@@ -115,6 +154,7 @@ fn no_device_list(e: &super::safe::VerbsError) -> Error {
 /// (so NCCL and cclkit fall back to another transport).
 pub fn discover(cfg: &Config) -> Result<Vec<Found>> {
     let verbs = loader::verbs().map_err(|m| Error::system(format!("NET/cclkit-ib: {m}")))?;
+    fork_init(verbs);
     let list = DeviceList::new(verbs).map_err(|e| no_device_list(&e))?;
     if list.is_empty() {
         return Err(Error::system(
@@ -124,20 +164,29 @@ pub fn discover(cfg: &Config) -> Result<Vec<Found>> {
     let gdr = gdr_peermem_loaded();
     let mut found = Vec::new();
     let mut seen = Vec::new();
+    let mut skipped = Vec::new();
     for i in 0..list.len() {
         let Some(name) = list.name(i) else { continue };
         seen.push(name.clone());
         if !cfg.hca.matches(&name, None) {
             continue;
         }
-        match open_ports(&list, i, &name, cfg, gdr) {
+        match open_ports(&list, i, &name, cfg, gdr, &mut skipped) {
             Ok(mut ports) => found.append(&mut ports),
-            Err(e) => nccl_warn!("NET/cclkit-ib: skipping {name}: {}", e.message()),
+            Err(e) => {
+                nccl_warn!("NET/cclkit-ib: skipping {name}: {}", e.message());
+                skipped.push(format!("{name}: {}", e.message()));
+            }
         }
     }
     if found.is_empty() {
+        let why = if skipped.is_empty() {
+            String::new()
+        } else {
+            format!(" (skipped: {})", skipped.join("; "))
+        };
         return Err(Error::system(format!(
-            "NET/cclkit-ib: no active port on the RDMA devices [{}] with NCCL_IB_HCA={}",
+            "NET/cclkit-ib: no active port on the RDMA devices [{}] with NCCL_IB_HCA={}{why}",
             seen.join(", "),
             cfg.hca
         )));
@@ -151,6 +200,7 @@ fn open_ports(
     name: &str,
     cfg: &Config,
     gdr: bool,
+    skipped: &mut Vec<String>,
 ) -> Result<Vec<Found>> {
     let ctx = list.open(i)?;
     let attr = ctx.query_device()?;
@@ -159,6 +209,21 @@ fn open_ports(
     let pci_path = std::fs::canonicalize(format!("/sys/class/infiniband/{name}/device"))
         .ok()
         .map(|p| p.to_string_lossy().into_owned());
+    // One async-event monitor per opened device, shared by its ports' NICs.
+    let fatal = Arc::new(FatalState::new(cfg.return_async_events));
+    let monitor = Arc::new(Monitor::start(
+        ctx.clone(),
+        name.to_owned(),
+        Arc::clone(&fatal),
+    )?);
+    if cfg.ooo_rq {
+        // NCCL enables OOO RQ only through mlx5dv (`ncclIbQueryOooRqSize`); for
+        // other providers it stays off. This plugin does not use mlx5dv.
+        nccl_warn!(
+            "NET/cclkit-ib: NCCL_IB_OOO_RQ=1 needs mlx5dv, which cclkit-ib does not use; \
+             out-of-order receive queues stay off on {name}"
+        );
+    }
     let mut out = Vec::new();
     for port in 1..=attr.phys_port_cnt {
         let pattr = ctx.query_port(port)?;
@@ -177,23 +242,42 @@ fn open_ports(
         if !cfg.hca.matches(name, Some(u32::from(port))) {
             continue;
         }
-        let gid_index = choose_gid(&ctx, name, port, &pattr, cfg)?;
+        let query = |index: u32| -> Result<[u8; 16]> { Ok(ctx.query_gid(port, index as i32)?) };
+        let table = SysfsTable {
+            name,
+            port,
+            len: u32::try_from(pattr.gid_tbl_len).unwrap_or(0).min(65_536),
+            query: &query,
+        };
+        // As NCCL, an unreadable RoCE type is an error, not a guess: this port is
+        // unusable until NCCL_IB_GID_INDEX is set (NCCL fails its connections).
+        let gid_index = match choose_gid_index(&table, pattr.link_layer, cfg) {
+            Ok(i) => i,
+            Err(e) => {
+                nccl_warn!("NET/cclkit-ib: skipping {name}:{port}: {}", e.message());
+                skipped.push(format!("{name}:{port}: {}", e.message()));
+                continue;
+            }
+        };
         let gid = ctx.query_gid(port, gid_index as i32)?;
-        let mut ptr_support = ptr::HOST;
-        if gdr {
-            ptr_support |= ptr::CUDA;
-        }
-        if dmabuf {
-            // GPUDirect through dma-buf needs no peer-memory module.
-            ptr_support |= ptr::CUDA | ptr::DMABUF;
-        }
+        let ptr_support = ptr_support(gdr, dmabuf);
+        let ar = cfg
+            .adaptive_routing
+            .unwrap_or(pattr.link_layer == IBV_LINK_LAYER_INFINIBAND);
         let props = Properties {
             name: name.to_owned(),
             pci_path: pci_path.clone(),
             guid: attr.sys_image_guid,
             ptr_support,
             reg_is_global: true,
-            speed_mbps: port_speed_mbps(pattr.active_speed, pattr.active_width),
+            // The hand-written ibv_port_attr stops before active_speed_ex (absent
+            // from rdma-core < 50), so the table path sees 0 there.
+            speed_mbps: choose_speed_mbps(
+                query_speed(&ctx, port, cfg),
+                pattr.active_speed,
+                0,
+                pattr.active_width,
+            ),
             port: i32::from(port),
             max_comms: attr.max_qp,
             max_recvs: MAX_RECVS as i32,
@@ -203,64 +287,43 @@ fn open_ports(
         };
         nccl_info!(
             subsys::NET | subsys::INIT,
-            "NET/cclkit-ib: {name}:{port} {} speed {} Mbps, GID index {gid_index}, ptrSupport {ptr_support:#x}",
+            "NET/cclkit-ib: {name}:{port} {} speed {} Mbps, GID index {gid_index}, \
+             ptrSupport {ptr_support:#x}, maxP2pBytes {MAX_MESSAGE}, ar={}",
             if pattr.link_layer == IBV_LINK_LAYER_ETHERNET {
                 "RoCE"
             } else {
                 "IB"
             },
-            props.speed_mbps
+            props.speed_mbps,
+            u8::from(ar)
         );
+        let local = LocalPort {
+            addr: PortAddr {
+                lid: pattr.lid,
+                gid,
+                link_layer: pattr.link_layer,
+                mtu: pattr.active_mtu.clamp(IBV_MTU_256, IBV_MTU_4096) as u8,
+            },
+            gid_index: u8::try_from(gid_index).unwrap_or(0),
+            grh_required: pattr.flags & IBV_QPF_GRH_REQUIRED != 0,
+        };
         let nic = VerbsNic::new(
-            ctx.clone(),
-            pd.clone(),
-            port,
-            &pattr,
+            VerbsPort {
+                ctx: ctx.clone(),
+                pd: pd.clone(),
+                port,
+                name: format!("{name}:{port}"),
+                local,
+                ar,
+                fatal: Arc::clone(&fatal),
+                monitor: Arc::clone(&monitor),
+            },
             &attr,
-            gid,
-            gid_index as u8,
             cfg,
         )?;
         out.push(Found { nic, props });
     }
     Ok(out)
-}
-
-/// `NCCL_IB_GID_INDEX`, else for RoCE the best GID of the table, for IB index 0.
-fn choose_gid(
-    ctx: &Context,
-    name: &str,
-    port: u8,
-    pattr: &ibv_port_attr,
-    cfg: &Config,
-) -> Result<u32> {
-    if let Some(i) = cfg.gid_index {
-        return Ok(i);
-    }
-    if pattr.link_layer != IBV_LINK_LAYER_ETHERNET {
-        return Ok(0);
-    }
-    let n = u32::try_from(pattr.gid_tbl_len).unwrap_or(0).min(256);
-    let cands: Vec<GidCandidate> = (0..n)
-        .filter_map(|index| {
-            let gid = ctx.query_gid(port, index as i32).ok()?;
-            let kind = std::fs::read_to_string(format!(
-                "/sys/class/infiniband/{name}/ports/{port}/gid_attrs/types/{index}"
-            ))
-            .ok();
-            let roce_v2 = kind.map(|k| k.trim().eq_ignore_ascii_case("RoCE v2"));
-            Some(GidCandidate {
-                index,
-                gid,
-                roce_v2,
-            })
-        })
-        .collect();
-    select_gid(&cands, cfg.addr_family, cfg.roce_version).ok_or_else(|| {
-        Error::system(format!(
-            "NET/cclkit-ib: {name}:{port} has no usable RoCE GID (set NCCL_IB_GID_INDEX)"
-        ))
-    })
 }
 
 #[cfg(test)]
@@ -283,59 +346,53 @@ mod tests {
         );
     }
 
-    fn v4(index: u32, last: u8, v2: Option<bool>) -> GidCandidate {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&[10, 0, 0, last]);
-        GidCandidate {
-            index,
-            gid,
-            roce_v2: v2,
-        }
-    }
-
-    fn v6(index: u32, first: u8, v2: Option<bool>) -> GidCandidate {
-        let mut gid = [0x20; 16];
-        gid[0] = first;
-        gid[1] = 0x80;
-        GidCandidate {
-            index,
-            gid,
-            roce_v2: v2,
-        }
+    #[test]
+    fn xdr_speed_comes_from_active_speed_ex() {
+        assert_eq!(
+            port_speed_mbps(0x100, 2),
+            800_000,
+            "XDR 4x needs active_speed_ex"
+        );
+        assert_eq!(port_speed_mbps(0x80, 2), 400_000);
     }
 
     #[test]
-    fn roce_gid_prefers_family_then_version_and_skips_unusable_entries() {
-        let table = [
-            v6(0, 0xfe, Some(false)), // link-local
-            v6(1, 0xfe, Some(true)),  // link-local
-            v4(2, 5, Some(false)),
-            v4(3, 5, Some(true)),
-            v6(4, 0x20, Some(true)),
-            GidCandidate {
-                index: 5,
-                gid: [0; 16],
-                roce_v2: Some(true),
-            },
-        ];
-        assert_eq!(select_gid(&table, Family::V4, 2), Some(3));
-        assert_eq!(select_gid(&table, Family::V4, 1), Some(2));
-        assert_eq!(select_gid(&table, Family::V6, 2), Some(4));
+    fn ptr_support_follows_ncclibgetphysproperties() {
+        use cclkit_abi::raw::common::ptr;
+        assert_eq!(ptr_support(false, false), ptr::HOST);
+        assert_eq!(ptr_support(true, false), ptr::HOST | ptr::CUDA);
         assert_eq!(
-            select_gid(&table, Family::V6, 1),
-            Some(4),
-            "family outranks version"
+            ptr_support(false, true),
+            ptr::HOST | ptr::DMABUF,
+            "dma-buf alone is not NCCL_PTR_CUDA: NCCL would regMr GPU memory and fail"
         );
-        assert_eq!(
-            select_gid(&table[..2], Family::V4, 2),
-            None,
-            "only link-local"
+        assert_eq!(ptr_support(true, true), ptr::HOST | ptr::CUDA | ptr::DMABUF);
+    }
+
+    #[test]
+    fn fork_init_runs_before_the_device_list_and_enables_fork_safety() {
+        let verbs = loader::verbs().unwrap();
+        let is = verbs.is_fork_initialized.unwrap();
+        // The real library. Without RDMA hardware discovery fails after fork_init;
+        // with it, it succeeds: either way fork_init has run.
+        let _ = discover(&Config::default());
+        // SAFETY: no arguments, no preconditions.
+        let status = unsafe { is() };
+        assert!(
+            status == IBV_FORK_ENABLED || status == IBV_FORK_UNNEEDED,
+            "ibv_is_fork_initialized() = {status} after init"
         );
-        assert_eq!(
-            select_gid(&[v4(7, 1, None), v4(6, 2, None)], Family::V4, 2),
-            Some(6)
-        );
+        // A fork after init (a data-loader worker) runs and exits normally.
+        // SAFETY: the child only calls async-signal-safe _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: terminate the child immediately.
+            unsafe { libc::_exit(0) };
+        }
+        assert!(pid > 0);
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
     }
 }

@@ -49,6 +49,21 @@ pub struct Verbs {
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    /// `ibv_fork_init`: NCCL calls it at init (`ncclIbInitDevices`).
+    pub fork_init: Option<unsafe extern "C" fn() -> c_int>,
+    /// `ibv_is_fork_initialized` (IBVERBS_1.13): for the log and tests.
+    pub is_fork_initialized: Option<unsafe extern "C" fn() -> c_int>,
+    /// `ibv_get_async_event` (blocking unless `async_fd` is non-blocking).
+    pub get_async_event: unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int,
+    /// `ibv_ack_async_event`.
+    pub ack_async_event: unsafe extern "C" fn(*mut ibv_async_event),
+    /// `ibv_query_port_speed` (IBVERBS_1.16): the port's speed in 100 Mbps units,
+    /// which NCCL prefers over the speed/width tables (covers XDR and beyond).
+    pub query_port_speed: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut u64) -> c_int>,
+    /// `ibv_query_ece` (IBVERBS_1.10); absent on old rdma-core.
+    pub query_ece: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_ece) -> c_int>,
+    /// `ibv_set_ece` (IBVERBS_1.10); absent on old rdma-core.
+    pub set_ece: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_ece) -> c_int>,
 }
 
 /// The library name NCCL opens too (the runtime package's soname).
@@ -111,6 +126,13 @@ fn load() -> Result<Verbs, String> {
         create_qp: sym!("ibv_create_qp"),
         modify_qp: sym!("ibv_modify_qp"),
         destroy_qp: sym!("ibv_destroy_qp"),
+        fork_init: optional!("ibv_fork_init"),
+        is_fork_initialized: optional!("ibv_is_fork_initialized"),
+        get_async_event: sym!("ibv_get_async_event"),
+        ack_async_event: sym!("ibv_ack_async_event"),
+        query_port_speed: optional!("ibv_query_port_speed"),
+        query_ece: optional!("ibv_query_ece"),
+        set_ece: optional!("ibv_set_ece"),
     };
     // Never unloaded (see the module doc).
     std::mem::forget(lib);
@@ -131,5 +153,7 @@ mod tests {
         // Debian 12's rdma-core 44 has both optional entry points.
         assert!(a.reg_mr_iova2.is_some());
         assert!(a.reg_dmabuf_mr.is_some());
+        assert!(a.fork_init.is_some() && a.is_fork_initialized.is_some());
+        assert!(a.query_ece.is_some() && a.set_ece.is_some());
     }
 }

@@ -1,21 +1,43 @@
 //! [`Nic`] over libibverbs: one HCA port with its protection domain.
 
 use std::ffi::c_int;
+use std::sync::Arc;
 
-use cclkit_abi::{Error, Result};
+use cclkit_abi::{Error, Result, nccl_warn};
 
+use super::events::Monitor;
 use super::safe::{Context, Cq, Mr, Pd, Qp};
 use super::sys::*;
 use crate::config::Config;
-use crate::nic::{Completion, CompletionKind, Link, Nic, Op, PortAddr, QpCaps, SendWr, WriteOrder};
+use crate::fatal::FatalState;
+use crate::nic::{
+    Completion, CompletionKind, Ece, Link, Nic, Op, PortAddr, QpCaps, SendWr, WriteOrder,
+};
+use crate::route::{LocalPort, address_vector};
+
+/// What discovery hands to [`VerbsNic::new`] for one active port.
+pub struct VerbsPort {
+    /// The device context.
+    pub ctx: Context,
+    /// Its protection domain (shared by the device's ports).
+    pub pd: Pd,
+    /// Port number.
+    pub port: u8,
+    /// `mlx5_0:1`, for logs.
+    pub name: String,
+    /// Our address and GID index.
+    pub local: LocalPort,
+    /// Adaptive routing (`NCCL_IB_ADAPTIVE_ROUTING`, default on for IB).
+    pub ar: bool,
+    /// Fatal async events of the device.
+    pub fatal: Arc<FatalState>,
+    /// The device's async-event monitor (kept alive by its NICs).
+    pub monitor: Arc<Monitor>,
+}
 
 /// One active port of an HCA.
 pub struct VerbsNic {
-    ctx: Context,
-    pd: Pd,
-    port: u8,
-    addr: PortAddr,
-    gid_index: u8,
+    p: VerbsPort,
     timeout: u8,
     retry_cnt: u8,
     pkey_index: u16,
@@ -24,25 +46,27 @@ pub struct VerbsNic {
     max_cqe: u32,
 }
 
+/// A CQ that forgets its fatal state when destroyed (its address may be reused).
+pub struct VerbsCq {
+    cq: Cq,
+    fatal: Arc<FatalState>,
+}
+
+impl Drop for VerbsCq {
+    fn drop(&mut self) {
+        self.fatal.forget_cq(self.cq.as_raw() as usize);
+    }
+}
+
 impl VerbsNic {
-    /// A NIC for `port` of the device behind `ctx`/`pd`, using GID `gid_index`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        ctx: Context,
-        pd: Pd,
-        port: u8,
-        pattr: &ibv_port_attr,
-        dattr: &ibv_device_attr,
-        gid: [u8; 16],
-        gid_index: u8,
-        cfg: &Config,
-    ) -> Result<Self> {
+    /// A NIC for one port, after discovery chose its GID.
+    pub fn new(p: VerbsPort, dattr: &ibv_device_attr, cfg: &Config) -> Result<Self> {
         let mut access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
         // Relaxed ordering lets PCIe reorder the NIC's writes (faster with GPUs behind
         // switches); 2 = "when the library can pass the flag", as NCCL.
         let ro = match cfg.relaxed_ordering {
             1 => true,
-            2 => ctx.verbs().reg_mr_iova2.is_some(),
+            2 => p.ctx.verbs().reg_mr_iova2.is_some(),
             _ => false,
         };
         if ro {
@@ -56,16 +80,7 @@ impl VerbsNic {
             )));
         }
         Ok(Self {
-            ctx,
-            pd,
-            port,
-            addr: PortAddr {
-                lid: pattr.lid,
-                gid,
-                link_layer: pattr.link_layer,
-                mtu: pattr.active_mtu.clamp(IBV_MTU_256, IBV_MTU_4096) as u8,
-            },
-            gid_index,
+            p,
             timeout: cfg.timeout,
             retry_cnt: cfg.retry_cnt,
             pkey_index: cfg.pkey_index,
@@ -75,31 +90,33 @@ impl VerbsNic {
         })
     }
 
+    /// NCCL's `ncclIbQpRtr`, with the address vector of [`address_vector`].
     fn to_rtr(&self, qp: &mut Qp, remote: &PortAddr, remote_qpn: u32, link: Link) -> Result<()> {
-        // A GRH is needed on Ethernet (RoCE) and between IB subnets.
-        let global = self.addr.link_layer == IBV_LINK_LAYER_ETHERNET
-            || remote.gid[..8] != self.addr.gid[..8];
+        let (av, warning) = address_vector(&self.p.local, remote, link);
+        if let Some(w) = warning {
+            nccl_warn!("{w}");
+        }
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_RTR,
-            path_mtu: u32::from(self.addr.mtu.min(remote.mtu).max(IBV_MTU_256 as u8)),
+            path_mtu: u32::from(av.path_mtu),
             dest_qp_num: remote_qpn,
             rq_psn: 0,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
             ah_attr: ibv_ah_attr {
                 grh: ibv_global_route {
-                    dgid: ibv_gid { raw: remote.gid },
+                    dgid: ibv_gid { raw: av.dgid },
                     flow_label: 0,
-                    sgid_index: self.gid_index,
-                    hop_limit: 255,
-                    traffic_class: link.traffic_class,
+                    sgid_index: av.sgid_index,
+                    hop_limit: av.hop_limit,
+                    traffic_class: av.traffic_class,
                 },
-                dlid: remote.lid,
-                sl: link.sl,
+                dlid: av.dlid,
+                sl: av.sl,
                 src_path_bits: 0,
                 static_rate: 0,
-                is_global: u8::from(global),
-                port_num: self.port,
+                is_global: u8::from(av.is_global),
+                port_num: self.p.port,
             },
             ..Default::default()
         };
@@ -144,11 +161,15 @@ const CHAIN: usize = 16;
 
 impl Nic for VerbsNic {
     type Mr = Mr;
-    type Cq = Cq;
+    type Cq = VerbsCq;
     type Qp = Qp;
 
     fn port_addr(&self) -> PortAddr {
-        self.addr
+        self.p.local.addr
+    }
+
+    fn adaptive_routing(&self) -> bool {
+        self.p.ar
     }
 
     unsafe fn reg_mr(&self, addr: usize, len: usize, order: WriteOrder) -> Result<Mr> {
@@ -157,13 +178,13 @@ impl Nic for VerbsNic {
             WriteOrder::Strict => self.access & !IBV_ACCESS_RELAXED_ORDERING,
         };
         // SAFETY: forwarded contract (memory outlives the registration).
-        match unsafe { self.pd.reg_mr(addr, len, access) } {
+        match unsafe { self.p.pd.reg_mr(addr, len, access) } {
             Ok(mr) => Ok(mr),
             // Some kernels reject relaxed ordering for some memory: retry without.
             Err(_) if access & IBV_ACCESS_RELAXED_ORDERING != 0 => {
                 let plain = access & !IBV_ACCESS_RELAXED_ORDERING;
                 // SAFETY: as above.
-                Ok(unsafe { self.pd.reg_mr(addr, len, plain) }?)
+                Ok(unsafe { self.p.pd.reg_mr(addr, len, plain) }?)
             }
             Err(e) => Err(e.into()),
         }
@@ -171,6 +192,7 @@ impl Nic for VerbsNic {
 
     fn reg_mr_dmabuf(&self, addr: usize, len: usize, offset: u64, fd: i32) -> Result<Mr> {
         Ok(self
+            .p
             .pd
             .reg_dmabuf_mr(offset, len, addr as u64, fd, self.access)?)
     }
@@ -183,25 +205,28 @@ impl Nic for VerbsNic {
         Ok(mr.dereg()?)
     }
 
-    fn create_cq(&self, depth: u32) -> Result<Cq> {
+    fn create_cq(&self, depth: u32) -> Result<VerbsCq> {
         let depth = depth.min(self.max_cqe.max(1));
-        Ok(self.ctx.create_cq(depth as c_int)?)
+        Ok(VerbsCq {
+            cq: self.p.ctx.create_cq(depth as c_int)?,
+            fatal: Arc::clone(&self.p.fatal),
+        })
     }
 
-    fn create_qp(&self, cq: &Cq, caps: QpCaps) -> Result<Qp> {
+    fn create_qp(&self, cq: &VerbsCq, caps: QpCaps) -> Result<Qp> {
         let cap = ibv_qp_cap {
             max_send_wr: caps.max_send_wr.min(self.max_qp_wr),
             max_recv_wr: caps.max_recv_wr.min(self.max_qp_wr),
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: 0,
+            max_inline_data: caps.max_inline,
         };
-        let mut qp = self.pd.create_rc_qp(cq, cap)?;
+        let mut qp = self.p.pd.create_rc_qp(&cq.cq, cap)?;
         let mut attr = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
             pkey_index: self.pkey_index,
-            port_num: self.port,
-            qp_access_flags: (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) as u32,
+            port_num: self.p.port,
+            qp_access_flags: caps.access,
             ..Default::default()
         };
         qp.modify(
@@ -242,7 +267,8 @@ impl Nic for VerbsNic {
                 c.wr_id = wr.wr_id;
                 c.opcode = opcode;
                 c.imm_data = imm;
-                c.send_flags = if wr.signaled { IBV_SEND_SIGNALED } else { 0 };
+                c.send_flags = if wr.signaled { IBV_SEND_SIGNALED } else { 0 }
+                    | if wr.inline { IBV_SEND_INLINE } else { 0 };
                 c.rdma.remote_addr = wr.remote_addr;
                 c.rdma.rkey = wr.rkey;
                 if let Some(s) = wr.local {
@@ -286,9 +312,9 @@ impl Nic for VerbsNic {
         Ok(unsafe { qp.post_recv(&mut wr) }?)
     }
 
-    fn poll_cq(&self, cq: &mut Cq, out: &mut Vec<Completion>, max: usize) -> Result<()> {
+    fn poll_cq(&self, cq: &mut VerbsCq, out: &mut Vec<Completion>, max: usize) -> Result<()> {
         let mut wcs = [ibv_wc::default(); 64];
-        let n = cq.poll(&mut wcs[..max.clamp(1, 64)])?;
+        let n = cq.cq.poll(&mut wcs[..max.clamp(1, 64)])?;
         out.extend(wcs[..n].iter().map(|wc| Completion {
             wr_id: wc.wr_id,
             status: wc.status,
@@ -303,5 +329,55 @@ impl Nic for VerbsNic {
             vendor_err: wc.vendor_err,
         }));
         Ok(())
+    }
+
+    fn query_ece(&self, qp: &Qp) -> Result<Option<Ece>> {
+        let Some(query) = self.p.ctx.verbs().query_ece else {
+            return Ok(None);
+        };
+        let mut e = ibv_ece::default();
+        // SAFETY: live QP, valid out-pointer.
+        let r = unsafe { query(qp.as_raw(), &mut e) };
+        match r {
+            0 => Ok(Some(Ece {
+                vendor_id: e.vendor_id,
+                options: e.options,
+                comp_mask: e.comp_mask,
+            })),
+            // NCCL's wrap_ibv_query_ece: EOPNOTSUPP means "not supported", not an error.
+            r if r == libc::EOPNOTSUPP || r == -libc::EOPNOTSUPP => Ok(None),
+            r => Err(Error::system(format!(
+                "ibv_query_ece: {}",
+                std::io::Error::from_raw_os_error(r.abs())
+            ))),
+        }
+    }
+
+    fn set_ece(&self, qp: &mut Qp, ece: &Ece) -> Result<bool> {
+        let Some(set) = self.p.ctx.verbs().set_ece else {
+            return Ok(false);
+        };
+        let mut e = ibv_ece {
+            vendor_id: ece.vendor_id,
+            options: ece.options,
+            comp_mask: ece.comp_mask,
+        };
+        // SAFETY: live QP in INIT state, valid pointer.
+        let r = unsafe { set(qp.as_raw(), &mut e) };
+        match r {
+            0 => Ok(true),
+            r if r == libc::EOPNOTSUPP || r == -libc::EOPNOTSUPP => Ok(false),
+            r => Err(Error::system(format!(
+                "ibv_set_ece: {}",
+                std::io::Error::from_raw_os_error(r.abs())
+            ))),
+        }
+    }
+
+    fn check_fatal(&self, cq: &VerbsCq) -> Result<()> {
+        self.p
+            .fatal
+            .check(cq.cq.as_raw() as usize)
+            .map_err(|e| e.context(&self.p.name))
     }
 }

@@ -467,6 +467,11 @@ pub struct Qp {
 unsafe impl Send for Qp {}
 
 impl Qp {
+    /// The raw QP.
+    pub fn as_raw(&self) -> *mut ibv_qp {
+        self.qp.as_ptr()
+    }
+
     /// QP number.
     pub fn num(&self) -> u32 {
         // SAFETY: live QP.

@@ -156,6 +156,25 @@ pub struct ibv_port_attr {
     pub port_cap_flags2: u16,
 }
 
+/// `struct ibv_async_event`: the element (CQ, QP, SRQ, WQ pointer or port number)
+/// and `enum ibv_event_type`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_async_event {
+    /// `element.cq` / `.qp` / `.srq` / `.wq` (a pointer) or `.port_num` (low 32 bits).
+    pub element: usize,
+    pub event_type: u32,
+}
+
+/// `struct ibv_ece`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
 /// `struct ibv_pd`.
 #[repr(C)]
 pub struct ibv_pd {
@@ -350,6 +369,21 @@ pub const IBV_PORT_ACTIVE: u32 = 4;
 pub const IBV_LINK_LAYER_UNSPECIFIED: u8 = 0;
 pub const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
 pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+/// `IBV_QPF_GRH_REQUIRED` (`enum ibv_port_attr` flags).
+pub const IBV_QPF_GRH_REQUIRED: u8 = 1;
+// enum ibv_event_type
+pub const IBV_EVENT_CQ_ERR: u32 = 0;
+pub const IBV_EVENT_QP_FATAL: u32 = 1;
+pub const IBV_EVENT_QP_REQ_ERR: u32 = 2;
+pub const IBV_EVENT_QP_ACCESS_ERR: u32 = 3;
+pub const IBV_EVENT_COMM_EST: u32 = 4;
+pub const IBV_EVENT_PORT_ACTIVE: u32 = 9;
+pub const IBV_EVENT_PORT_ERR: u32 = 10;
+pub const IBV_EVENT_DEVICE_FATAL: u32 = 8;
+// enum ibv_fork_status
+pub const IBV_FORK_DISABLED: c_int = 0;
+pub const IBV_FORK_ENABLED: c_int = 1;
+pub const IBV_FORK_UNNEEDED: c_int = 2;
 // enum ibv_mtu
 pub const IBV_MTU_256: u32 = 1;
 pub const IBV_MTU_4096: u32 = 5;
@@ -387,6 +421,7 @@ pub const IBV_WR_RDMA_WRITE_WITH_IMM: u32 = 1;
 pub const IBV_WR_RDMA_READ: u32 = 4;
 // enum ibv_send_flags
 pub const IBV_SEND_SIGNALED: c_uint = 1 << 1;
+pub const IBV_SEND_INLINE: c_uint = 1 << 3;
 // enum ibv_wc_status / ibv_wc_opcode / ibv_wc_flags
 pub const IBV_WC_SUCCESS: u32 = 0;
 pub const IBV_WC_RDMA_WRITE: u32 = 1;
@@ -447,6 +482,9 @@ const _: () = {
     assert!(offset_of!(ibv_port_attr, active_width) == 43);
     assert!(offset_of!(ibv_port_attr, active_speed) == 44);
     assert!(offset_of!(ibv_port_attr, link_layer) == 46);
+    assert!(size_of::<ibv_async_event>() == 16);
+    assert!(offset_of!(ibv_async_event, event_type) == 8);
+    assert!(size_of::<ibv_ece>() == 12);
     assert!(size_of::<ibv_mr>() == 48);
     assert!(offset_of!(ibv_mr, lkey) == 36);
     assert!(offset_of!(ibv_mr, rkey) == 40);
@@ -475,5 +513,4 @@ const _: () = {
 };
 
 #[cfg(test)]
-#[path = "sys_tests.rs"]
 mod tests;

@@ -28,7 +28,7 @@ mod toml;
 pub use diff::{Difference, Outcome, diff};
 pub use size::{Interval, IntervalDisplay, format_size, parse_interval, parse_size};
 
-use crate::model::{Arch, IntraLink};
+use crate::hw::{Arch, IntraLink};
 
 /// The two file formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

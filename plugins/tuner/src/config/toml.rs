@@ -28,7 +28,7 @@ use ::toml::de::{DeTable, DeValue};
 use super::names::{self, ALGORITHMS, COLLECTIVES, PROTOCOLS};
 use super::{CollSet, Interval, ModelSettings, Rule, RuleSet, Sink};
 use super::{format_size, parse_interval, parse_size};
-use crate::model::{Arch, IntraLink};
+use crate::hw::{Arch, IntraLink};
 
 /// Byte offset → 1-based line.
 struct Lines(Vec<usize>);

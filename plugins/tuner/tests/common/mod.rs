@@ -2,6 +2,8 @@
 //! constants, log capture.
 #![allow(dead_code)]
 
+pub mod comm;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

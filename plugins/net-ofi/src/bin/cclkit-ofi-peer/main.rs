@@ -12,10 +12,12 @@
 //! cclkit-ofi-peer loopback <8|12> <seed> [truncate]
 //! cclkit-ofi-peer nodev
 //! cclkit-ofi-peer stream   <8|12> <send|recv> <size> <iters> <window>
+//! cclkit-ofi-peer mixed    <send|recv> <provider> <size> <count> <rounds>
 //! ```
 //! Exit status 0 = success; failures print `FAIL <reason>` and exit 1.
 
 mod flows;
+mod mixed;
 mod pattern;
 mod scenarios;
 mod stream;
@@ -67,6 +69,7 @@ fn run(args: &[String]) -> R<()> {
             num(args.get(4), "iters")? as usize,
             num(args.get(5), "window")? as usize,
         ),
+        Some("mixed") => mixed::mixed_peer(&args[1..]),
         other => Err(format!("unknown scenario {other:?}")),
     }
 }

@@ -1,0 +1,384 @@
+//! `cclkit info LIB.so`: everything about one plugin library — file, symbols, the
+//! version each NCCL release would pick, dependencies, table names, and the
+//! properties of every device (for net plugins) or an `init` check (for tuners).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use super::report::{DeviceReport, FileReport};
+use crate::elf::deps::Resolver;
+use cclkit_host::net::{CommConfig, NetPlugin};
+use cclkit_host::symbols::{self, Family};
+use cclkit_host::tuner::{NvlDomainInfo, TunerConstants, TunerPlugin};
+use cclkit_host::{Cause, Library, LoadError, PluginKind};
+
+/// Arguments of `cclkit info`.
+#[derive(Debug, clap::Args)]
+pub struct InfoArgs {
+    /// The plugin library: a path, or a name the dynamic linker searches for.
+    #[arg(required_unless_present_any = ["net", "tuner"])]
+    pub library: Option<String>,
+    /// `--net`/`--tuner NAME|PATH`: show the library this setting resolves to.
+    #[command(flatten)]
+    pub plugins: super::plugin_args::PluginArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Only read and load the file: do not call the plugin's init/devices/properties.
+    #[arg(long)]
+    pub no_init: bool,
+}
+
+/// The `info` report.
+#[derive(Debug, Serialize)]
+pub struct InfoReport {
+    /// The library as given.
+    pub library: String,
+    /// What the file contains (`None` if it was not found or not readable).
+    pub file: Option<FileReport>,
+    /// Why the file could not be read.
+    pub file_error: Option<String>,
+    /// `dlopen` error.
+    pub load_error: Option<String>,
+    /// The `name` of every exported versioned table.
+    pub tables: Vec<TableName>,
+    /// The net plugin, if the library has one.
+    pub net: Option<NetInfo>,
+    /// The tuner, if the library has one.
+    pub tuner: Option<TunerInfo>,
+    /// Everything wrong, one line each.
+    pub problems: Vec<String>,
+}
+
+/// A table's name.
+#[derive(Debug, Serialize)]
+pub struct TableName {
+    /// Symbol.
+    pub symbol: String,
+    /// Its `name` field (`None` = NULL).
+    pub name: Option<String>,
+}
+
+/// A net plugin seen through the version NCCL 2.30 would use.
+#[derive(Debug, Serialize)]
+pub struct NetInfo {
+    /// Table name.
+    pub name: Option<String>,
+    /// Symbol used.
+    pub symbol: Option<String>,
+    /// Version used.
+    pub version: Option<u32>,
+    /// CollNet symbol, if exported.
+    pub collnet: Option<String>,
+    /// Why it cannot be used.
+    pub error: Option<String>,
+    /// Device count.
+    pub ndev: Option<usize>,
+    /// Every device.
+    pub devices: Vec<DeviceReport>,
+}
+
+/// A tuner seen through the version NCCL 2.30 would use.
+#[derive(Debug, Serialize)]
+pub struct TunerInfo {
+    /// Table name.
+    pub name: Option<String>,
+    /// Symbol used.
+    pub symbol: Option<String>,
+    /// Version used.
+    pub version: Option<u32>,
+    /// v6 `getChunkSize` present.
+    pub has_chunk_size: bool,
+    /// Why it cannot be used.
+    pub error: Option<String>,
+    /// `init` succeeded (not tried with `--no-init`).
+    pub init_ok: Option<bool>,
+}
+
+/// Runs `cclkit info`.
+pub fn run(args: &InfoArgs) -> ExitCode {
+    let library = match args.plugins.library(args.library.as_deref()) {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            eprintln!("cclkit info: no library given");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("cclkit info: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = inspect(&library, !args.no_init);
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("cclkit info: cannot encode JSON: {e}"),
+        }
+    } else {
+        print!("{}", render(&report));
+    }
+    if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Builds the report for `library`; `call_plugin` allows init/devices/properties.
+pub fn inspect(library: &str, call_plugin: bool) -> InfoReport {
+    let resolver = Resolver::from_env();
+    let mut report = InfoReport {
+        library: library.to_owned(),
+        file: None,
+        file_error: None,
+        load_error: None,
+        tables: Vec::new(),
+        net: None,
+        tuner: None,
+        problems: Vec::new(),
+    };
+    let path = if library.contains('/') {
+        Some(PathBuf::from(library))
+    } else {
+        resolver
+            .locate(library, None)
+            .map(|l| PathBuf::from(l.path))
+    };
+    match path.as_deref().map(|p| FileReport::inspect(p, &resolver)) {
+        Some(Ok(f)) => {
+            report.problems.extend(f.problems.iter().cloned());
+            report.file = Some(f);
+        }
+        Some(Err(e)) => report.file_error = Some(e),
+        None => {
+            report.file_error = Some(format!(
+                "{library}: not found in LD_LIBRARY_PATH, /etc/ld.so.cache or the default directories"
+            ))
+        }
+    }
+    let lib = match Library::open(Some(library)) {
+        Ok(l) => l,
+        Err(e) => {
+            report.problems.push(format!("dlopen failed: {e}"));
+            report.load_error = Some(e.message);
+            return report;
+        }
+    };
+    for family in [Family::Net, Family::CollNet, Family::Tuner] {
+        for e in symbols::exported(&lib, family) {
+            report.tables.push(TableName {
+                name: symbols::table_name(&lib, &e.symbol),
+                symbol: e.symbol,
+            });
+        }
+    }
+    let has = |f: Family| {
+        report
+            .tables
+            .iter()
+            .any(|t| t.symbol.starts_with(f.prefix()))
+    };
+    let (has_net, has_tuner) = (has(Family::Net), has(Family::Tuner));
+    if has_net || !has_tuner {
+        report.net = Some(net_info(&lib, call_plugin));
+    }
+    if has_tuner {
+        report.tuner = Some(tuner_info(&lib, call_plugin));
+    }
+    let errors: Vec<String> = report
+        .net
+        .iter()
+        .filter_map(|n| n.error.clone())
+        .chain(report.tuner.iter().filter_map(|t| t.error.clone()))
+        .collect();
+    report.problems.extend(errors);
+    report
+}
+
+fn load_error_text(
+    kind: PluginKind,
+    lib: &Library,
+    cause: Cause,
+    at: Option<(String, u32)>,
+) -> String {
+    let mut e = LoadError::new(kind, lib.display_name(), cause);
+    e.path = lib.path().map(|p| p.display().to_string());
+    if let Some((s, v)) = at {
+        e.symbol = Some(s);
+        e.version = Some(v);
+    }
+    e.to_string()
+}
+
+fn net_info(lib: &Library, call: bool) -> NetInfo {
+    let mut info = NetInfo {
+        name: None,
+        symbol: None,
+        version: None,
+        collnet: None,
+        error: None,
+        ndev: None,
+        devices: Vec::new(),
+    };
+    let plugin = match NetPlugin::load(lib.clone()) {
+        Ok(p) => p,
+        Err((cause, at)) => {
+            info.error = Some(load_error_text(PluginKind::Net, lib, cause, at));
+            return info;
+        }
+    };
+    info.name = Some(plugin.name().to_owned());
+    info.symbol = Some(plugin.symbol().to_owned());
+    info.version = Some(plugin.version());
+    info.collnet = plugin.collnet().map(|(s, _)| s.to_owned());
+    if !call {
+        return info;
+    }
+    let ctx = match plugin.init(0, CommConfig::default()) {
+        Ok(c) => c,
+        Err(e) => {
+            info.error = Some(e.to_string());
+            return info;
+        }
+    };
+    match ctx.devices() {
+        Ok(n) => {
+            info.ndev = Some(n);
+            if n == 0 {
+                info.error =
+                    Some("devices() reported 0 devices: NCCL would not use this plugin".into());
+            }
+            for dev in 0..n {
+                match ctx.properties(dev) {
+                    Ok(p) => info.devices.push(DeviceReport::new(dev, &p)),
+                    Err(e) => {
+                        info.error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+        }
+        Err(e) => info.error = Some(e.to_string()),
+    }
+    info
+}
+
+fn tuner_info(lib: &Library, call: bool) -> TunerInfo {
+    let mut info = TunerInfo {
+        name: None,
+        symbol: None,
+        version: None,
+        has_chunk_size: false,
+        error: None,
+        init_ok: None,
+    };
+    let plugin = match TunerPlugin::load(lib.clone()) {
+        Ok(p) => p,
+        Err((cause, at)) => {
+            info.error = Some(load_error_text(PluginKind::Tuner, lib, cause, at));
+            return info;
+        }
+    };
+    info.name = Some(plugin.name().to_owned());
+    info.symbol = Some(plugin.symbol().to_owned());
+    info.version = Some(plugin.version());
+    info.has_chunk_size = plugin.has_chunk_size();
+    if call {
+        let mut constants = TunerConstants::default();
+        let nvl = NvlDomainInfo {
+            nNvlDomains: 1,
+            minRanksPerNvlDomain: 8,
+            maxRanksPerNvlDomain: 8,
+        };
+        match plugin.init(8, 1, 0, nvl, &mut constants) {
+            Ok(ctx) => {
+                info.init_ok = Some(true);
+                if let Err(e) = ctx.finalize() {
+                    info.error = Some(e.to_string());
+                }
+            }
+            Err(e) => {
+                info.init_ok = Some(false);
+                info.error = Some(e.to_string());
+            }
+        }
+    }
+    info
+}
+
+/// The text form of a report.
+pub fn render(r: &InfoReport) -> String {
+    let mut out = format!("{}\n", r.library);
+    if let Some(f) = &r.file {
+        for l in f.lines("  ") {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    if let Some(e) = &r.file_error {
+        out.push_str(&format!("  file: {e}\n"));
+    }
+    if let Some(e) = &r.load_error {
+        out.push_str(&format!("  dlopen: FAILED: {e}\n"));
+    }
+    for t in &r.tables {
+        out.push_str(&format!(
+            "  {} name: {}\n",
+            t.symbol,
+            t.name
+                .as_deref()
+                .map_or("(NULL)".to_owned(), |n| format!("\"{n}\""))
+        ));
+    }
+    if let Some(n) = &r.net {
+        match (&n.name, &n.symbol) {
+            (Some(name), Some(sym)) => out.push_str(&format!(
+                "  net plugin '{name}' through {sym}{}\n",
+                n.collnet
+                    .as_deref()
+                    .map(|c| format!(" (CollNet: {c})"))
+                    .unwrap_or_default()
+            )),
+            _ => out.push_str("  net plugin: none usable\n"),
+        }
+        if let Some(nd) = n.ndev {
+            out.push_str(&format!("    {nd} device(s)\n"));
+        }
+        for d in &n.devices {
+            out.push_str(&format!("    {}\n", d.line()));
+        }
+        if let Some(e) = &n.error {
+            out.push_str(&format!("    ERROR: {e}\n"));
+        }
+    }
+    if let Some(t) = &r.tuner {
+        if let (Some(name), Some(sym)) = (&t.name, &t.symbol) {
+            out.push_str(&format!(
+                "  tuner '{name}' through {sym}{}{}\n",
+                if t.has_chunk_size {
+                    " (with getChunkSize)"
+                } else {
+                    ""
+                },
+                match t.init_ok {
+                    Some(true) => ": init ok",
+                    Some(false) => ": init FAILED",
+                    None => "",
+                }
+            ));
+        }
+        if let Some(e) = &t.error {
+            out.push_str(&format!("    ERROR: {e}\n"));
+        }
+    }
+    if r.problems.is_empty() {
+        out.push_str("  verdict: OK\n");
+    } else {
+        out.push_str(&format!("  verdict: {} problem(s)\n", r.problems.len()));
+        for p in &r.problems {
+            out.push_str(&format!("    - {p}\n"));
+        }
+    }
+    out
+}

@@ -1,0 +1,352 @@
+//! The engine state behind a [`Proxy`](super::Proxy): installed connections, the
+//! active batch with its per-channel cursors, and one pass of progress.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use cclkit_abi::raw::common::Protocol;
+
+use super::*;
+use crate::device::compute::DevCompute;
+use crate::error::{Error, Result};
+use crate::fifo::{Expect, RecvConn, SendConn};
+use crate::protocol::{decode, encode};
+use crate::schedule::{Buffer, Combine, Link, LinkClass, combine};
+
+pub(super) struct Active {
+    batch: Batch,
+    /// (step index, slice index) per channel.
+    cursor: Vec<(usize, usize)>,
+}
+
+/// Links to connections, hashed cheaply (a link is three small integers).
+pub(super) type LinkMap<T> = HashMap<Link, T, BuildHasherDefault<LinkHasher>>;
+
+/// FNV-1a over the link's fields: a few cycles, where SipHash costs tens of ns on
+/// every slice.
+#[derive(Default)]
+pub(super) struct LinkHasher(u64);
+
+impl Hasher for LinkHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// Most links one primitive receives from or sends to (tree: parent + 2 children).
+pub(super) const MAX_LINKS: usize = 8;
+
+pub(super) struct Engine {
+    pub(super) rank: usize,
+    pub(super) send: LinkMap<SendConn>,
+    pub(super) recv: LinkMap<RecvConn>,
+    pub(super) active: Option<Active>,
+    pub(super) scratch: Vec<Vec<u8>>,
+    /// The device's work queue on a device communicator.
+    pub(super) dev: Option<DevCompute>,
+}
+
+pub(super) fn slices(len: usize, slice: usize) -> usize {
+    len.div_ceil(slice)
+}
+
+impl Engine {
+    pub(super) fn sends_idle(&self) -> bool {
+        self.send.values().all(SendConn::idle)
+    }
+
+    /// Posts and completes sends only (no batch is touched).
+    pub(super) fn progress_sends(&mut self) -> Result<bool> {
+        let mut moved = false;
+        for c in self.send.values_mut() {
+            moved |= c.progress()?;
+        }
+        Ok(moved)
+    }
+
+    /// Makes `batch` the active one: checks every link has a connection, then tells
+    /// each receive connection which slices to expect.
+    pub(super) fn admit(&mut self, batch: Batch) -> Result<()> {
+        let missing = batch.channels.iter().flatten().find_map(|step| {
+            step.prim
+                .recv
+                .iter()
+                .find(|l| !self.recv.contains_key(l))
+                .or_else(|| step.prim.send.iter().find(|l| !self.send.contains_key(l)))
+        });
+        if let Some(l) = missing {
+            return Err(Error::internal(format!(
+                "rank {}: no connection for {l:?}",
+                self.rank
+            )));
+        }
+        for step in batch.channels.iter().flatten() {
+            for l in &step.prim.recv {
+                let group = if l.class == LinkClass::P2p {
+                    batch.group
+                } else {
+                    1
+                };
+                if let Some(c) = self.recv.get_mut(l) {
+                    c.expect(Expect {
+                        params: batch.params,
+                        count: slices(step.prim.len, batch.slice),
+                        group,
+                    });
+                }
+            }
+        }
+        let cursor = vec![(0, 0); batch.channels.len()];
+        self.active = Some(Active { batch, cursor });
+        Ok(())
+    }
+
+    /// One pass: complete sends, run the slices that need no new data (a send of
+    /// this rank's own input goes out before any receive is polled), poll the
+    /// receives, run the slices they unblocked, and post what was filled, so a hop
+    /// costs no extra pass. The batch is dropped (`active = None`) once done.
+    pub(super) fn progress(&mut self) -> Result<bool> {
+        let mut moved = self.progress_sends()?;
+        if self.slices()? {
+            moved = true;
+            self.progress_sends()?;
+        }
+        let mut received = false;
+        for c in self.recv.values_mut() {
+            received |= c.progress()?;
+        }
+        if received {
+            moved = true;
+            if self.slices()? {
+                self.progress_sends()?;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// As many slices of the active batch as the FIFOs allow; whether any ran.
+    fn slices(&mut self) -> Result<bool> {
+        let Some(mut a) = self.active.take() else {
+            return Ok(false);
+        };
+        let mut finished = true;
+        let mut sliced = false;
+        for ch in 0..a.batch.channels.len() {
+            while let Some(step) = a.batch.channels[ch].get(a.cursor[ch].0) {
+                let (pi, si) = a.cursor[ch];
+                match self.slice(&a.batch, step, si) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        self.active = Some(a);
+                        return Err(e);
+                    }
+                }
+                sliced = true;
+                let n = slices(step.prim.len, a.batch.slice);
+                a.cursor[ch] = if si + 1 >= n {
+                    (pi + 1, 0)
+                } else {
+                    (pi, si + 1)
+                };
+            }
+            finished &= a.cursor[ch].0 >= a.batch.channels[ch].len();
+        }
+        if !finished {
+            self.active = Some(a);
+        }
+        Ok(sliced)
+    }
+
+    /// Processes slice `si` of `step` if every receive slot is ready and every send
+    /// slot free; returns whether it did.
+    fn slice(&mut self, b: &Batch, step: &Step, si: usize) -> Result<bool> {
+        let prim = &step.prim;
+        let p = &b.params;
+        let op = &b.ops[step.op];
+        let off = si * b.slice;
+        let len = b.slice.min(prim.len - off);
+        let wire = p.wire_for(len);
+        let (nr, ns) = (prim.recv.len(), prim.send.len());
+        if nr > MAX_LINKS || ns > MAX_LINKS {
+            return Err(Error::internal(format!(
+                "a primitive with {nr} receive and {ns} send links (at most {MAX_LINKS})"
+            )));
+        }
+        // Resources first: nothing is consumed unless the whole slice can proceed.
+        // Fixed arrays: this runs for every slice, so it must not allocate.
+        let mut ins: [(*const u8, usize); MAX_LINKS] = [(std::ptr::null(), 0); MAX_LINKS];
+        for (k, l) in prim.recv.iter().enumerate() {
+            let c = self
+                .recv
+                .get_mut(l)
+                .ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
+            match c.slot_to_consume(p)? {
+                Some(s) => ins[k] = s,
+                None => return Ok(false),
+            }
+        }
+        let mut outs: [*mut u8; MAX_LINKS] = [std::ptr::null_mut(); MAX_LINKS];
+        for (k, l) in prim.send.iter().enumerate() {
+            let c = self
+                .send
+                .get_mut(l)
+                .ok_or_else(|| Error::internal(format!("no connection {l:?}")))?;
+            match c.slot_to_fill(p)? {
+                Some((ptr, cap)) if cap >= wire => outs[k] = ptr,
+                Some((_, cap)) => {
+                    return Err(Error::internal(format!(
+                        "slice of {wire} wire bytes exceeds a {cap}-byte slot"
+                    )));
+                }
+                None => return Ok(false),
+            }
+        }
+        // Slices are consumed by the size both sides agreed on, as NCCL's kernel does;
+        // what the plugin reported is only judged (see `RecvConn::reported_size`).
+        for ((_, got), l) in ins[..nr].iter_mut().zip(&prim.recv) {
+            if *got != wire {
+                self.recv
+                    .get_mut(l)
+                    .ok_or_else(|| Error::internal("recv connection vanished"))?
+                    .reported_size(p, *got, wire)?;
+                *got = wire;
+            }
+        }
+        let (ins, outs) = (&ins[..nr], &outs[..ns]);
+        if let Some(dc) = self.dev.as_mut() {
+            // Device communicator: user buffers and slots are device (or
+            // GPU-mapped) memory, never read here; the device kernels compute.
+            // SAFETY: this slice's ready receive and free send slots; the op's
+            // buffers were checked against the device when it was submitted.
+            unsafe { dc.proxy_step(prim, op, off, len, p.proto, ins, outs) }?;
+            for l in &prim.send {
+                let tag =
+                    (l.class == LinkClass::P2p && b.group > 1).then_some((si % b.group) as i32);
+                self.send
+                    .get_mut(l)
+                    .ok_or_else(|| Error::internal("send connection vanished"))?
+                    .filled(p, wire, tag)?;
+            }
+            for l in &prim.recv {
+                self.recv
+                    .get_mut(l)
+                    .ok_or_else(|| Error::internal("recv connection vanished"))?
+                    .consumed(p)?;
+            }
+            return Ok(true);
+        }
+        // Inputs as data bytes (LL lines are decoded and their flags checked).
+        while self.scratch.len() < nr + 1 {
+            self.scratch.push(Vec::new());
+        }
+        let mut data_ins: [&[u8]; MAX_LINKS] = [&[]; MAX_LINKS];
+        let (scratch_in, scratch_out) = self.scratch.split_at_mut(nr);
+        for (i, ((ptr, _), l)) in ins.iter().zip(&prim.recv).enumerate() {
+            // SAFETY: a ready slot of `wire` bytes; the proxy does not touch it until
+            // it is consumed below.
+            let w = unsafe { std::slice::from_raw_parts(*ptr, wire) };
+            if p.proto != Protocol::SIMPLE {
+                let flag = self.recv.get(l).map_or(0, |c| c.sequence(p.proto)) as u32;
+                let buf = &mut scratch_in[i];
+                buf.resize(len, 0);
+                decode(p.proto, w, buf, flag)
+                    .map_err(|e| e.context(format!("rank {}: from rank {}", self.rank, l.peer)))?;
+            } else {
+                data_ins[i] = w;
+            }
+        }
+        if p.proto != Protocol::SIMPLE {
+            for (d, b) in data_ins.iter_mut().zip(scratch_in.iter()) {
+                *d = b.as_slice();
+            }
+        }
+        let data_ins = &data_ins[..nr];
+        let user = |span: crate::schedule::Span| -> Result<*mut u8> {
+            let (base, cap) = match span.buf {
+                Buffer::Send => (op.bufs.send.cast_mut(), op.bufs.send_len),
+                Buffer::Recv => (op.bufs.recv, op.bufs.recv_len),
+            };
+            if span.offset + off + len > cap {
+                return Err(Error::internal(format!(
+                    "span {span:?} + {len} exceeds a {cap}-byte buffer"
+                )));
+            }
+            // SAFETY: bounds checked against the buffer length just above.
+            Ok(unsafe { base.add(span.offset + off) })
+        };
+        let src = prim.src.map(user).transpose()?;
+        let dst = prim.dst.map(user).transpose()?;
+        // SAFETY: `src` points to `len` readable bytes of a user buffer.
+        let src_slice = src.map(|s| unsafe { std::slice::from_raw_parts(s.cast_const(), len) });
+        let overlaps = |a: *const u8, b: *const u8| {
+            (a as usize) < b as usize + len && (b as usize) < a as usize + len
+        };
+        // Where the result is computed: straight into the destination or the one send
+        // slot when that is safe (Simple, no overlap with the input), else scratch.
+        let direct: Option<*mut u8> = match (p.proto, dst, outs) {
+            (Protocol::SIMPLE, Some(d), _) if src.is_none_or(|s| !overlaps(s, d)) => Some(d),
+            (Protocol::SIMPLE, None, [o]) => Some(*o),
+            _ => None,
+        };
+        let trivial_copy =
+            matches!(prim.combine, Combine::Copy { pre: false }) && prim.recv.is_empty();
+        let out_ptr: *const u8 = match direct {
+            Some(d) if !(trivial_copy && src == Some(d)) => {
+                // SAFETY: `d` is `len` writable bytes disjoint from every input (checked).
+                let out = unsafe { std::slice::from_raw_parts_mut(d, len) };
+                combine(prim.combine, &op.red, src_slice, data_ins, out)?;
+                d
+            }
+            Some(d) => d, // in-place copy onto itself
+            None => {
+                let out = &mut scratch_out[0];
+                out.resize(len, 0);
+                combine(prim.combine, &op.red, src_slice, data_ins, out)?;
+                out.as_ptr()
+            }
+        };
+        // SAFETY: `out_ptr` holds `len` result bytes (destination, slot or scratch).
+        let result = unsafe { std::slice::from_raw_parts(out_ptr, len) };
+        for (o, l) in outs.iter().zip(&prim.send) {
+            let c = self
+                .send
+                .get_mut(l)
+                .ok_or_else(|| Error::internal("send connection vanished"))?;
+            let used = if std::ptr::eq(*o, out_ptr) {
+                wire
+            } else {
+                let flag = c.sequence(p.proto) as u32;
+                // SAFETY: a free slot of at least `wire` bytes (checked above).
+                let slot = unsafe { std::slice::from_raw_parts_mut(*o, wire) };
+                encode(p.proto, result, slot, flag)
+            };
+            let tag = (l.class == LinkClass::P2p && b.group > 1).then_some((si % b.group) as i32);
+            c.filled(p, used, tag)?;
+        }
+        if let Some(d) = dst
+            && !std::ptr::eq(d, out_ptr)
+        {
+            // SAFETY: `d` is `len` writable user bytes; `result` is elsewhere.
+            unsafe { std::ptr::copy(out_ptr, d, len) };
+        }
+        for l in &prim.recv {
+            self.recv
+                .get_mut(l)
+                .ok_or_else(|| Error::internal("recv connection vanished"))?
+                .consumed(p)?;
+        }
+        Ok(true)
+    }
+}
