@@ -34,6 +34,7 @@ PLUGINS := \
   cclkit_env_toml:env:cclkit \
   cclkit_profiler_trace:profiler:cclkit \
   cclkit_net_template:net:template \
+  cclkit_net_inline_template:net:inline-template \
   cclkit_tuner_template:tuner:template \
   cclkit_env_template:env:template \
   cclkit_profiler_template:profiler:template
@@ -59,23 +60,28 @@ deps:
 build: deps
 	$(CARGO) build --workspace --profile $(PROFILE) --lib --bins
 
-# Install every cdylib under the names NCCL and RCCL search, after checking its symbols.
-package: build
+# Install every cdylib under the names NCCL and RCCL search, after checking its symbols:
+# `cclkit package` (core/cli/src/commands/package.rs), the same code a vendor runs.
+package: build cuda-standin
 	@mkdir -p $(LIB_DIR)
 	@for entry in $(PLUGINS); do \
 	  IFS=: read -r crate kind name <<<"$$entry"; \
 	  src=$(OUT)/lib$$crate.so; \
-	  tests/packaging/check-symbols.sh $$src $$kind >/dev/null || { tests/packaging/check-symbols.sh $$src $$kind; exit 1; }; \
-	  install -m 0755 $$src $(LIB_DIR)/libnccl-$$kind-$$name.so; \
-	  if [ $$kind = net ]; then install -m 0755 $$src $(LIB_DIR)/librccl-net-$$name.so; fi; \
+	  $(OUT)/cclkit package $$src --kind $$kind --name $$name --dest $(LIB_DIR) --exact --quiet; \
 	done
 	@echo "packaged into $(LIB_DIR):"; ls $(LIB_DIR)
+
+# The host-memory CUDA stand-in (libcuda.so.1, libcudart.so.12) that `cclkit check|perf|
+# doctor|info --cuda-standin` put first on the library path (docs/cuda-standin.md).
+.PHONY: cuda-standin
+cuda-standin:
+	@kernels/cuda-standin/build.sh $(CURDIR)/build/cuda-standin
 
 symbols: package
 	@for entry in $(PLUGINS); do \
 	  IFS=: read -r crate kind name <<<"$$entry"; \
-	  tests/packaging/check-symbols.sh $(LIB_DIR)/libnccl-$$kind-$$name.so $$kind; \
-	  if [ $$kind = net ]; then tests/packaging/check-symbols.sh $(LIB_DIR)/librccl-net-$$name.so net; fi; \
+	  $(OUT)/cclkit package --check-only --exact --kind $$kind $(LIB_DIR)/libnccl-$$kind-$$name.so; \
+	  if [ $$kind = net ]; then $(OUT)/cclkit package --check-only --exact --kind net $(LIB_DIR)/librccl-net-$$name.so; fi; \
 	done
 
 # Regenerate the committed C headers (a test fails when they are stale).
@@ -83,17 +89,19 @@ headers:
 	CCLKIT_BLESS=1 $(CARGO) test -p cclkit-abi --test headers
 
 test-rust: package
-	CCLKIT_LIB_DIR=$(LIB_DIR) $(CARGO) test --workspace --profile $(PROFILE) --no-fail-fast
+	CCLKIT_LIB_DIR=$(LIB_DIR) $(CARGO) test --workspace --profile $(PROFILE) --no-fail-fast 2>&1 | tee build/test-rust.log
 
 test-c: package
-	CCLKIT_LIB_DIR=$(LIB_DIR) tests/c/run.sh
+	CCLKIT_LIB_DIR=$(LIB_DIR) tests/c/run.sh 2>&1 | tee build/test-c.log
 
 # Formatting and clippy with warnings as errors, on every crate and target.
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --profile $(PROFILE) -- -D warnings
 
+# Ends with every ignored or skipped test and its reason (tests/skips.sh).
 test: lint symbols test-rust test-c ptx-check
+	@tests/skips.sh build/test-rust.log build/test-c.log
 	@echo "make test: all passed"
 
 # The main job: nccl-tests' all_reduce_perf on 4 local ranks, 8 B … 64 MiB, on the
@@ -173,9 +181,9 @@ ptx-check:
 ptx-regen:
 	$(call ptx_gen,$(PTX_OUT))
 
-# Start a plugin from a template: make new-plugin KIND=net|tuner NAME=foo creates
-# plugins/foo (crate nccl-<kind>-foo), adds it to the workspace and to PLUGINS above;
-# `make package` then installs build/lib/libnccl-<kind>-foo.so for `cclkit check`.
+# Start a plugin of your own, outside this repository: `cclkit new net|tuner NAME`
+# (docs/vendor-net-plugin.md). `make new-plugin KIND=.. NAME=..` runs it against this
+# checkout's cclkit-abi and writes ./nccl-KIND-NAME (a standalone crate, not a member).
 .PHONY: new-plugin
-new-plugin:
-	@examples/new-plugin.sh "$(KIND)" "$(NAME)"
+new-plugin: build
+	$(OUT)/cclkit new "$(KIND)" "$(NAME)" --sdk path:$(CURDIR)

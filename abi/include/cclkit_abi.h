@@ -335,6 +335,9 @@ typedef int32_t ncclProtocol_t;
 // `ncclProfileSocket`: the one socket event type (descriptor `type`).
 #define NCCL_PROFILE_SOCKET 1
 
+// `NCCL_NUM_COMPCAPS_V7`: Volta, Ampere, Hopper, Blackwell and one newer generation.
+#define NCCL_NUM_COMPCAPS_V7 5
+
 // `ncclDebugLogger_t`: NCCL's printf-style, C-variadic logger.
 //
 // Stable Rust can call it (plugins pass a preformatted message with `"%s"`), but
@@ -1720,6 +1723,53 @@ typedef struct {
   // `getChunkSize(…)`, optional (NULL allowed).
   ncclTunerGetChunkSize_fn getChunkSize;
 } ncclTuner_v6_t;
+
+// `ncclNvlDomainInfo_v7_t` is identical to v5.
+typedef ncclNvlDomainInfo_v5_t ncclNvlDomainInfo_v7_t;
+
+// A `[compcap][scale]` bandwidth table of v7 (five GPU generations), in GB/s.
+typedef double BwTableV7[NCCL_NUM_COMPCAPS_V7][NCCL_NUM_TUNING_SCALES];
+
+// `ncclTunerConstants_v7_t`: v5's fields with five-row bandwidth tables. 1272 bytes.
+typedef struct {
+  // Base latency in µs per `[algo][proto]`.
+  double baseLatencies[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS];
+  // Hardware latency in µs per `[hw link][algo][proto]`.
+  double hwLatencies[NCCL_NUM_HW_LINKS][NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS];
+  // LL bandwidth ceiling per `[compcap][scale]`.
+  BwTableV7 llMaxBws;
+  // Per-channel ring LL128 bandwidth ceiling.
+  BwTableV7 perChMaxRingLL128Bws;
+  // Per-channel tree LL128 bandwidth ceiling.
+  BwTableV7 perChMaxTreeLL128Bws;
+  // Per-channel tree bandwidth ceiling.
+  BwTableV7 perChMaxTreeBws;
+  // Per-channel NVLS tree bandwidth ceiling.
+  BwTableV7 perChMaxNVLSTreeBws;
+} ncclTunerConstants_v7_t;
+
+// `init` of v7: as v5 with the v7 constants.
+typedef ncclResult_t (*ncclTunerInitV7_fn)(void **context,
+                                           uint64_t commId,
+                                           uintptr_t nRanks,
+                                           uintptr_t nNodes,
+                                           ncclDebugLogger_t logFunction,
+                                           ncclNvlDomainInfo_v7_t *nvlDomainInfo,
+                                           ncclTunerConstants_v7_t *constants);
+
+// `ncclTuner_v7_t`: v6's five slots, `init` taking the v7 constants. 40 bytes.
+typedef struct {
+  // Tuner name (data).
+  const char *name;
+  // `init(context, commId, nRanks, nNodes, logFunction, nvlDomainInfo, constants)`.
+  ncclTunerInitV7_fn init;
+  // As v4–v6.
+  ncclTunerGetCollInfoV4_fn getCollInfo;
+  // `finalize(context)`.
+  ncclTunerFinalize_fn finalize;
+  // `getChunkSize(…)`, optional (NULL allowed).
+  ncclTunerGetChunkSize_fn getChunkSize;
+} ncclTuner_v7_t;
 
 // v1–v3 `init(context, eActivationMask)`.
 typedef ncclResult_t (*ncclProfilerInitV1_fn)(void **context, int *eActivationMask);

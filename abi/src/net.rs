@@ -32,6 +32,10 @@ pub struct InitArgs {
     /// The net ABI version the host called `init` through (12 for NCCL 2.30, 11 for
     /// 2.28–2.29, …): a plugin can tell which NCCL generation loaded it.
     pub host_abi: u32,
+    /// The profiler callback NCCL passed to `init` (v10+; disabled before v10 or
+    /// when no profiler is loaded). Requests get it bound to their own handle as a
+    /// [`RequestProfiler`](crate::profiler::net::RequestProfiler).
+    pub profiler: crate::profiler::net::NetProfiler,
 }
 
 /// Per-communicator configuration (`ncclNetCommConfig_t`).
@@ -493,6 +497,34 @@ pub trait Net: Sized + Send + Sync + 'static {
         bufs: &[RecvBuf<'_, Self::Mr>],
         optional_completion: bool,
     ) -> Result<Option<Self::Request>>;
+
+    /// [`isend`](Self::isend) with the request's profiler (v10+ hosts; a disabled
+    /// one otherwise). Override it to report the transport's own events; the
+    /// default ignores the profiler.
+    fn isend_profiled(
+        &self,
+        comm: &mut Self::SendComm,
+        buf: Buf,
+        tag: i32,
+        mr: Option<&Self::Mr>,
+        profiler: crate::profiler::net::RequestProfiler,
+    ) -> Result<Option<Self::Request>> {
+        let _ = profiler;
+        self.isend(comm, buf, tag, mr)
+    }
+
+    /// [`irecv`](Self::irecv) with the request's profiler (bound to the handle of
+    /// the group's first receive); the default ignores it.
+    fn irecv_profiled(
+        &self,
+        comm: &mut Self::RecvComm,
+        bufs: &[RecvBuf<'_, Self::Mr>],
+        optional_completion: bool,
+        profiler: crate::profiler::net::RequestProfiler,
+    ) -> Result<Option<Self::Request>> {
+        let _ = profiler;
+        self.irecv(comm, bufs, optional_completion)
+    }
 
     /// Makes received GPU data visible; `Ok(None)` = nothing to wait for.
     fn iflush(

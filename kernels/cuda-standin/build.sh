@@ -6,14 +6,16 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-$here/../../build/cuda-standin}"
-cc="${CC:-cc}"
+# CC may carry flags ("cc -fsanitize=address"): split it into words.
+read -ra cc <<<"${CC:-cc}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 flags=(-shared -fPIC -O2 -g -std=gnu11 -Wall -Wextra -Werror -fvisibility=hidden -pthread)
 # Each library is written to a temporary name and renamed, so a process that has the
 # old one mapped is never handed a half-written file.
 build() {
   local soname="$1" link="$2"; shift 2
-  "$cc" "${flags[@]}" -Wl,-soname,"$soname" -o "$out/.$soname.tmp" "$@" -ldl
+  "${cc[@]}" "${flags[@]}" -Wl,-soname,"$soname" -o "$out/.$soname.tmp" "$@" -ldl
   mv -f "$out/.$soname.tmp" "$out/$soname"
   ln -sf "$soname" "$out/$link"
 }

@@ -68,6 +68,24 @@ const char *standin_last_missing(void) {
   return n;
 }
 
+const char *standin_numbered(const char *stem, int n) {
+  /* Kept for the life of the process: the report table keeps the pointer. */
+  static struct { const char *stem; int n; char text[64]; } names[128];
+  static int used;
+  const char *found = NULL;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < used && !found; i++)
+    if (names[i].n == n && strcmp(names[i].stem, stem) == 0) found = names[i].text;
+  if (!found && used < (int)(sizeof names / sizeof names[0])) {
+    names[used].stem = stem;
+    names[used].n = n;
+    snprintf(names[used].text, sizeof names[used].text, "%s(attribute %d)", stem, n);
+    found = names[used++].text;
+  }
+  pthread_mutex_unlock(&lock);
+  return found ? found : stem;
+}
+
 int standin_env_int(const char *name, int fallback, int lo, int hi) {
   const char *v = getenv(name);
   if (!v || !*v) return fallback;

@@ -223,11 +223,9 @@ STANDIN_API CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev) {
   int v = attribute(attr, dev);
   CU_TRACE("cuDeviceGetAttribute(attr=%d, dev=%d) = %d", attr, dev, v);
   if (v < 0) {
-    /* A name per attribute number so each unmodelled one is reported once. */
-    static char names[256][48];
-    int slot = attr >= 0 && attr < 256 ? attr : 255;
-    if (!names[slot][0]) snprintf(names[slot], sizeof names[slot], "cuDeviceGetAttribute(attribute %d)", attr);
-    standin_missing("libcuda", names[slot], CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE");
+    /* Named by number, so each unmodelled attribute is reported once. */
+    standin_missing("libcuda", standin_numbered("cuDeviceGetAttribute", attr), CUDA_ERROR_INVALID_VALUE,
+                    "CUDA_ERROR_INVALID_VALUE");
     return CUDA_ERROR_INVALID_VALUE;
   }
   *value = v;

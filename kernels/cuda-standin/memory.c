@@ -9,7 +9,6 @@
  * their device side lies inside a recorded range, as the driver does.
  */
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,11 +240,8 @@ static CUresult pointer_attribute(void *data, int attr, uintptr_t ptr, int known
       *(unsigned long long *)data = 0;
       return CUDA_SUCCESS;
     default: {
-      static char names[64][48];
-      int slot = attr >= 0 && attr < 64 ? attr : 63;
-      if (!names[slot][0])
-        snprintf(names[slot], sizeof names[slot], "cuPointerGetAttribute(attribute %d)", attr);
-      standin_missing("libcuda", names[slot], CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE");
+      standin_missing("libcuda", standin_numbered("cuPointerGetAttribute", attr), CUDA_ERROR_INVALID_VALUE,
+                      "CUDA_ERROR_INVALID_VALUE");
       return CUDA_ERROR_INVALID_VALUE;
     }
   }

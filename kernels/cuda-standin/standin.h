@@ -79,6 +79,8 @@ STANDIN_HIDDEN void standin_trace(const char *lib, const char *fmt, ...) __attri
 /* Reports an unimplemented call (once per name); 1 when `name` was kept. */
 STANDIN_HIDDEN int standin_missing(const char *lib, const char *name, int code, const char *code_name);
 STANDIN_HIDDEN const char *standin_last_missing(void);
+/* "stem(attribute n)", one lasting string per (stem, n), for standin_missing. */
+STANDIN_HIDDEN const char *standin_numbered(const char *stem, int n);
 STANDIN_HIDDEN int standin_env_int(const char *name, int fallback, int lo, int hi);
 
 #define CU_TRACE(...) do { if (standin_tracing()) standin_trace("libcuda", __VA_ARGS__); } while (0)

@@ -10,16 +10,17 @@ trap 'rm -rf "$out"' EXIT
 flags=(-std=c11 -Wall -Wextra -Wpedantic -Werror -I"$root/abi/include")
 gcc "${flags[@]}" "$here/abi_layout.c" -o "$out/abi_layout" && "$out/abi_layout"
 echo "ok   C header layout (static asserts)"
-for lib in "$lib_dir/libnccl-net-template.so" "$lib_dir/libnccl-tuner-template.so"; do
+# Every plugin driven below must be there: a missing one is a failure, never a skip.
+for lib in "$lib_dir/libnccl-net-template.so" "$lib_dir/libnccl-tuner-template.so" \
+           "$lib_dir/libnccl-net-cclkit-socket.so"; do
   [ -f "$lib" ] || { echo "missing $lib: run 'make package' first" >&2; exit 1; }
 done
 gcc "${flags[@]}" -g -fsanitize=address,undefined "$here/load_plugin.c" -ldl -o "$out/load_plugin"
 # Rust cdylibs keep some allocations until unload; leak checking belongs to valgrind runs.
 ASAN_OPTIONS=detect_leaks=0 "$out/load_plugin" "$lib_dir/libnccl-net-template.so" "$lib_dir/libnccl-tuner-template.so"
-for net in "$lib_dir"/libnccl-net-cclkit-socket.so; do
-  [ -f "$net" ] && ASAN_OPTIONS=detect_leaks=0 "$out/load_plugin" "$net" "$lib_dir/libnccl-tuner-template.so"
-done
-echo "ok   C host drives packaged plugins"
+ASAN_OPTIONS=detect_leaks=0 "$out/load_plugin" "$lib_dir/libnccl-net-cclkit-socket.so" \
+  "$lib_dir/libnccl-tuner-template.so"
+echo "ok   C host drives packaged plugins (template net and tuner, cclkit-socket)"
 # The benchmark baselines compile warning-free; the raw-TCP floor probe runs briefly
 # and prints one timing per connection model.
 gcc -O2 -Wall -Wextra -Werror "$root/core/cli/perf/tcp_exchange.c" -o "$out/tcp_exchange"

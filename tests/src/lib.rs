@@ -1,12 +1,12 @@
-//! Support for cclkit's cross-crate integration tests: finding packaged plugins,
-//! canary-guarded buffers, deterministic random data, child processes with
-//! timeouts, and a minimal host for the v8 and v12 net tables ([`host`]).
+//! Support for cclkit's cross-crate integration tests: finding packaged plugins and
+//! example peers, canary-guarded buffers, deterministic random data, child processes
+//! with timeouts.
 //!
 //! The tests load the `.so` files `make package` installs under NCCL's names, so
-//! they exercise exactly what NCCL would load.
+//! they exercise exactly what NCCL would load. They drive them through `cclkit-host`
+//! (a dev-dependency), the loader NCCL's own shims are modelled on.
 
 pub mod cplugin;
-pub mod host;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output};
@@ -29,6 +29,27 @@ pub fn plugin(file: &str) -> PathBuf {
     assert!(
         path.exists(),
         "{} is missing: run `make package` first (or set CCLKIT_LIB_DIR)",
+        path.display()
+    );
+    path
+}
+
+/// Path of example `name` of the package whose test is running: cargo puts test
+/// binaries in `target/<profile>/deps/` and examples in `target/<profile>/examples/`.
+///
+/// `cargo test -p <package>` builds examples; a run narrowed with `--test` does not,
+/// so a missing example panics with the command that builds it.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("path of the running test");
+    let profile_dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test binary inside target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test` for the whole package, or \
+         `cargo build --examples` with the same profile, first",
         path.display()
     );
     path

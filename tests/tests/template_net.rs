@@ -153,14 +153,14 @@ fn properties_through_every_version_stay_within_size() {
 /// Runs a receiver and a sender process through table `version`.
 fn transfer(version: u32, sizes: &[usize]) {
     let lib = plugin("libnccl-net-template.so");
-    let peer = env!("CARGO_BIN_EXE_net_peer");
+    let peer = cclkit_tests::example("net_peer");
     let seed: u64 = rand::random();
     let list = sizes
         .iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let mut recv = Command::new(peer)
+    let mut recv = Command::new(&peer)
         .args([
             "listen",
             lib.to_str().unwrap(),
@@ -181,7 +181,7 @@ fn transfer(version: u32, sizes: &[usize]) {
         .trim()
         .to_owned();
     let send = run_with_timeout(
-        Command::new(peer).args([
+        Command::new(&peer).args([
             "connect",
             lib.to_str().unwrap(),
             &version.to_string(),

@@ -1,4 +1,4 @@
-//! The packaged tuner template through the v1–v6 tables, as NCCL calls them: the
+//! The packaged tuner template through the v1–v7 tables, as NCCL calls them: the
 //! flat float[7][3] cost table between canaries, only supported entries touched.
 
 // Every unsafe call below is an NCCL-convention call into the plugin under test.

@@ -83,9 +83,7 @@ pub fn locate() -> Result<PathBuf, String> {
 pub fn library_path(dir: &Path, old: Option<&OsStr>) -> OsString {
     let mut parts: Vec<PathBuf> = vec![dir.to_path_buf()];
     if let Some(old) = old {
-        parts.extend(
-            std::env::split_paths(old).filter(|p| !p.as_os_str().is_empty() && p != dir),
-        );
+        parts.extend(std::env::split_paths(old).filter(|p| !p.as_os_str().is_empty() && p != dir));
     }
     std::env::join_paths(parts).unwrap_or_else(|_| dir.as_os_str().to_owned())
 }
@@ -153,13 +151,19 @@ pub fn relaunch(requested: bool, json_stdout: bool, what: &str) -> Option<ExitCo
     tracing::info!(dir = %dir.display(), "running with the CUDA stand-in");
     let status = Command::new(&exe)
         .args(std::env::args_os().skip(1))
-        .envs(child_env(&dir, std::env::var_os("LD_LIBRARY_PATH").as_deref()))
+        .envs(child_env(
+            &dir,
+            std::env::var_os("LD_LIBRARY_PATH").as_deref(),
+        ))
         .status();
     say(&text);
     Some(match status {
         Ok(s) => exit_code(s),
         Err(e) => {
-            eprintln!("cclkit {what} --cuda-standin: cannot run {}: {e}", exe.display());
+            eprintln!(
+                "cclkit {what} --cuda-standin: cannot run {}: {e}",
+                exe.display()
+            );
             ExitCode::from(2)
         }
     })

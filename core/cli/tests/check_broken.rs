@@ -97,6 +97,8 @@ fn correct_c_plugins_pass_every_check() {
         );
         let (code, r) = check(&lib, &[]);
         assert_eq!(code, 0, "cnet v{v}: {:?}", failed(&r));
+        assert_eq!(r["warned"], 0, "cnet v{v}: {r:#}");
+        assert_eq!(r["verdict"], "passed");
         assert_eq!(
             get(&r, v, "grouped").0,
             "PASS",
@@ -173,10 +175,20 @@ fn a_blocking_connect_fails_the_connect_check() {
 }
 
 #[test]
-fn a_truncating_receive_fails_the_sizes_check_only() {
+fn a_truncating_receive_warns_in_the_sizes_probe_and_fails_it_under_strict() {
     let p = common::Plugins::new();
     let lib = build(&p, "libtruncate.so", "cnet.c", &["BUG_TRUNCATE"]);
+    // NCCL never posts a receive smaller than its send: a probe, so a warning only.
     let (code, r) = check(&lib, &[]);
+    assert_eq!(code, 0, "{:?}", failed(&r));
+    let (status, msg) = get(&r, 12, "sizes");
+    assert_eq!(status, "WARN", "{msg}");
+    assert!(msg.contains("the receive reported 1024 bytes"), "{msg}");
+    assert_eq!(
+        (r["warned"].as_u64(), r["failed"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let (code, r) = check(&lib, &["--strict"]);
     assert_eq!(code, 1);
     assert_fails(
         &r,
@@ -189,6 +201,7 @@ fn a_truncating_receive_fails_the_sizes_check_only() {
         ],
     );
     assert_eq!(failed(&r), ["sizes"]);
+    assert_eq!(r["strict"], true);
 }
 
 #[test]

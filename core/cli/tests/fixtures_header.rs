@@ -5,8 +5,6 @@
 
 mod common;
 
-
-
 use common::{Plugins, fixture};
 
 fn header() -> String {

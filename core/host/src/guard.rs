@@ -11,8 +11,9 @@ use std::mem::{align_of, size_of};
 
 /// Guard bytes on each side of the struct.
 const GUARD: usize = 64;
-/// The largest struct guarded (the tuner constants, 1152 bytes).
-const MAX_SIZE: usize = 1152;
+/// The largest struct guarded: tuner constants (NCCL 1152 bytes, v7 1272, RCCL up to
+/// 1632 with `bwRatio` and 8 algorithms).
+const MAX_SIZE: usize = 1632;
 
 /// The byte at position `i` of a guard area (a repeating, unlikely pattern).
 const fn canary(i: usize) -> u8 {

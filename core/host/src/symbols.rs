@@ -32,7 +32,7 @@ impl Family {
         match self {
             Family::Net => &[12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2],
             Family::CollNet => &[12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2],
-            Family::Tuner => &[6, 5, 4, 3, 2, 1],
+            Family::Tuner => &[7, 6, 5, 4, 3, 2, 1],
         }
     }
 
@@ -60,6 +60,7 @@ impl Family {
             (Family::CollNet, 8) => size_of::<collnet::ncclCollNet_v8_t>(),
             (Family::CollNet, 7) => size_of::<collnet::ncclCollNet_v7_t>(),
             (Family::CollNet, 6) => size_of::<collnet::ncclCollNet_v6_t>(),
+            (Family::Tuner, 7) => size_of::<tuner::ncclTuner_v7_t>(),
             (Family::Tuner, 6) => size_of::<tuner::ncclTuner_v6_t>(),
             (Family::Tuner, 5) => size_of::<tuner::ncclTuner_v5_t>(),
             (Family::Tuner, 4) => size_of::<tuner::ncclTuner_v4_t>(),
@@ -74,8 +75,9 @@ impl Family {
     pub fn accepted(self) -> &'static [u32] {
         match self {
             Family::Net | Family::CollNet => &[12, 11, 10, 9, 8, 7, 6],
-            // NCCL 2.30 stops at v2; cclkit also accepts v1 (NCCL 2.19–2.20 tuners).
-            Family::Tuner => &[6, 5, 4, 3, 2, 1],
+            // NCCL 2.30 stops at v2; cclkit also accepts v1 (NCCL 2.19–2.20 tuners)
+            // and v7 (in NCCL's source after 2.31, tried first there).
+            Family::Tuner => &[7, 6, 5, 4, 3, 2, 1],
         }
     }
 }
@@ -175,7 +177,8 @@ pub const NET_RELEASES: &[Release] = &[
     },
 ];
 
-/// Tuner symbol search per NCCL release (NCCL_ABI.md §3.3), 2.19 to 2.30.
+/// Tuner symbol search per NCCL release (NCCL_ABI.md §3.3, §4.4b), 2.19 to the v7
+/// tuner in NCCL's source after 2.31.
 pub const TUNER_RELEASES: &[Release] = &[
     Release {
         releases: "2.19–2.20",
@@ -200,6 +203,10 @@ pub const TUNER_RELEASES: &[Release] = &[
     Release {
         releases: "2.30",
         tries: &[6, 5, 4, 3, 2],
+    },
+    Release {
+        releases: "after 2.31 (source)",
+        tries: &[7, 6, 5, 4, 3, 2],
     },
 ];
 
@@ -234,8 +241,17 @@ mod tests {
         let only_v5 = picks(NET_RELEASES, &[5]);
         assert_eq!(only_v5[2].1, Some(5));
         assert_eq!(only_v5[3].1, None);
+        // v4 alone: 2.24–2.27, 2.28–2.29, 2.30 and the v7-era release take it.
         let tuner = picks(TUNER_RELEASES, &[4]);
-        assert_eq!(tuner.iter().filter(|(_, v)| v.is_some()).count(), 3);
+        assert_eq!(tuner.iter().filter(|(_, v)| v.is_some()).count(), 4);
+        // v7 alone: only the release whose source has v7.
+        let v7 = picks(TUNER_RELEASES, &[7]);
+        assert_eq!(
+            v7.iter()
+                .filter_map(|(r, v)| v.map(|v| (r.releases, v)))
+                .collect::<Vec<_>>(),
+            vec![("after 2.31 (source)", 7)]
+        );
     }
 
     #[test]
@@ -244,6 +260,7 @@ mod tests {
         assert_eq!(Family::Net.table_size(6), Some(136));
         assert_eq!(Family::Net.table_size(5), None);
         assert_eq!(Family::Tuner.table_size(6), Some(40));
+        assert_eq!(Family::Tuner.table_size(7), Some(40));
         assert_eq!(Family::CollNet.table_size(12), Some(152));
     }
 }

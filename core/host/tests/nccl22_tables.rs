@@ -61,7 +61,9 @@ fn transfer(send: &mut SendComm, recv: &mut RecvComm, len: usize, extra: usize) 
     let mut out = vec![0u8; len + extra];
     // SAFETY: both buffers outlive the requests, which complete before they drop.
     let got = unsafe {
-        let smr = send.reg_mr(data.as_mut_ptr(), len, ptr::HOST).expect("regMr");
+        let smr = send
+            .reg_mr(data.as_mut_ptr(), len, ptr::HOST)
+            .expect("regMr");
         let rmr = recv
             .reg_mr(out.as_mut_ptr(), out.len(), ptr::HOST)
             .expect("regMr");
@@ -77,14 +79,20 @@ fn transfer(send: &mut SendComm, recv: &mut RecvComm, len: usize, extra: usize) 
             }
         };
         let mut sreq = loop {
-            if let Some(r) = send.isend(data.as_ptr(), len, 3, Some(&smr)).expect("isend") {
+            if let Some(r) = send
+                .isend(data.as_ptr(), len, 3, Some(&smr))
+                .expect("isend")
+            {
                 break r;
             }
         };
         let (mut sdone, mut rdone) = (None, None);
         let deadline = Instant::now() + Duration::from_secs(20);
         while sdone.is_none() || rdone.is_none() {
-            assert!(Instant::now() < deadline, "transfer of {len} bytes timed out");
+            assert!(
+                Instant::now() < deadline,
+                "transfer of {len} bytes timed out"
+            );
             if sdone.is_none() {
                 sdone = send.test(&mut sreq).expect("test send");
             }
@@ -123,8 +131,17 @@ fn a_table_completed_by_init_loads_and_moves_data_in_every_version() {
 fn a_table_init_leaves_incomplete_is_refused_after_init_naming_the_slot() {
     let p = Plugins::new();
     // Slot 2 is `devices`, slot 3 `getProperties`; 20 is `finalize` from v11.
-    for (v, slot, name) in [(6, 2, "devices"), (9, 3, "getProperties"), (12, 20, "finalize")] {
-        let path = wrap(&p, &format!("hole{v}.so"), v, &[&format!("LEAVE_NULL={slot}")]);
+    for (v, slot, name) in [
+        (6, 2, "devices"),
+        (9, 3, "getProperties"),
+        (12, 20, "finalize"),
+    ] {
+        let path = wrap(
+            &p,
+            &format!("hole{v}.so"),
+            v,
+            &[&format!("LEAVE_NULL={slot}")],
+        );
         let plugin = load(&path).expect("name and init are enough to load");
         let Err(err) = plugin.init(1, CommConfig::default()) else {
             panic!("v{v}: a table still missing '{name}' after init was accepted");
@@ -171,7 +188,12 @@ fn the_walk_selects_a_table_completed_by_init() {
 fn reported_receive_sizes_reach_the_caller_as_written() {
     let p = Plugins::new();
     for (mode, what) in [(1, "never written"), (2, "posted size")] {
-        let path = wrap(&p, &format!("sizes{mode}.so"), 6, &[&format!("SIZES={mode}")]);
+        let path = wrap(
+            &p,
+            &format!("sizes{mode}.so"),
+            6,
+            &[&format!("SIZES={mode}")],
+        );
         let ctx = load(&path)
             .expect("load")
             .init(2, CommConfig::default())

@@ -2,8 +2,6 @@
 //! of any version (`NetPlugin::from_static`), one version of a loaded library
 //! (`NetPlugin::load_version`), and the plugin-log observer (`logger::set_observer`).
 
-mod common;
-
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -61,7 +59,10 @@ fn loop_once(ctx: &NetContext, len: usize) -> usize {
     }
     assert_eq!(sent.expect("sent").as_slice(), &[len]);
     assert_eq!(&sink[..len], &data[..], "received bytes differ");
-    assert!(sink[len..].iter().all(|&b| b == 0xee), "bytes past the message");
+    assert!(
+        sink[len..].iter().all(|&b| b == 0xee),
+        "bytes past the message"
+    );
     got.expect("got").as_slice()[0]
 }
 
@@ -84,15 +85,18 @@ fn static_tables_of_every_exported_version() {
         // A device past the last one is the plugin's own error, with its code.
         let n = ctx.devices().expect("devices");
         let e = ctx.properties(n).expect_err("no such device");
-        assert_eq!((e.call, e.code), ("getProperties", NcclResult::INVALID_ARGUMENT));
+        assert_eq!(
+            (e.call, e.code),
+            ("getProperties", NcclResult::INVALID_ARGUMENT)
+        );
     }
 }
 
 #[test]
 fn load_version_picks_an_older_table_of_a_library() {
-    let path = common::rust_plugin("libnccl-net-cclkit-socket.so");
+    let path = cclkit_tests::plugin("libnccl-net-cclkit-socket.so");
     let open = || Library::open(Some(path.to_str().expect("utf-8 path"))).expect("dlopen");
-    for version in [8, 11, 12] {
+    for version in [6, 8, 11, 12] {
         let plugin = NetPlugin::load_version(open(), version).expect("load_version");
         assert_eq!(plugin.version(), version);
         assert_eq!(plugin.symbol(), format!("ncclNetPlugin_v{version}"));
@@ -100,12 +104,15 @@ fn load_version_picks_an_older_table_of_a_library() {
         let len = rand::random::<u32>() as usize % 70_000 + 3;
         assert_eq!(loop_once(&ctx, len), len, "v{version}");
     }
-    // The plugin exports no v7 table, and v5 is older than any host accepts.
-    for version in [7, 5] {
+    // It exports v6 to v12: v5 is older than any host accepts, v13 does not exist.
+    for version in [5, 13] {
         match NetPlugin::load_version(open(), version) {
             Err(Cause::NoSymbol { tried, exported }) => {
                 assert_eq!(tried, [format!("ncclNetPlugin_v{version}")]);
-                assert!(exported.contains(&"ncclNetPlugin_v12".to_owned()), "{exported:?}");
+                assert!(
+                    exported.contains(&"ncclNetPlugin_v12".to_owned()),
+                    "{exported:?}"
+                );
             }
             other => panic!("v{version}: {:?}", other.map(|p| p.version())),
         }
@@ -125,15 +132,39 @@ fn other_observer(_: LogLevel, _: u64, _: &str) {}
 #[test]
 fn observer_sees_every_level_formatted() {
     assert!(logger::set_observer(observe));
-    assert!(!logger::set_observer(other_observer), "the first observer stays");
+    assert!(
+        !logger::set_observer(other_observer),
+        "the first observer stays"
+    );
     assert!(logger::set_observer(observe));
     let log = logger::logger().expect("logger");
     let token = rand::random::<u32>();
     // SAFETY: printf formats with matching arguments, as a plugin calls the logger.
     unsafe {
-        log(LogLevel::INFO, 0x10, c"f.c".as_ptr(), 1, c"info %u".as_ptr(), token);
-        log(LogLevel::TRACE, 0x20, c"f.c".as_ptr(), 2, c"trace %s\n".as_ptr(), c"x".as_ptr());
-        log(LogLevel::WARN, 0x10, c"f.c".as_ptr(), 3, c"warn %d".as_ptr(), -7);
+        log(
+            LogLevel::INFO,
+            0x10,
+            c"f.c".as_ptr(),
+            1,
+            c"info %u".as_ptr(),
+            token,
+        );
+        log(
+            LogLevel::TRACE,
+            0x20,
+            c"f.c".as_ptr(),
+            2,
+            c"trace %s\n".as_ptr(),
+            c"x".as_ptr(),
+        );
+        log(
+            LogLevel::WARN,
+            0x10,
+            c"f.c".as_ptr(),
+            3,
+            c"warn %d".as_ptr(),
+            -7,
+        );
     }
     let seen = SEEN.lock().unwrap_or_else(|p| p.into_inner()).clone();
     assert_eq!(

@@ -91,12 +91,19 @@ pub fn parse_bool(name: &str, v: &str) -> Result<bool> {
 
 /// The one parser of count variables: a whole decimal number in `min..=max`.
 pub fn parse_count(name: &str, v: &str, min: u64, max: u64) -> Result<u64> {
-    let n: u64 = v
-        .trim()
-        .parse()
-        .map_err(|_| bad(name, v, &format!("expected a whole number in {min}..={max}")))?;
+    let n: u64 = v.trim().parse().map_err(|_| {
+        bad(
+            name,
+            v,
+            &format!("expected a whole number in {min}..={max}"),
+        )
+    })?;
     if n < min || n > max {
-        return Err(bad(name, v, &format!("expected a whole number in {min}..={max}")));
+        return Err(bad(
+            name,
+            v,
+            &format!("expected a whole number in {min}..={max}"),
+        ));
     }
     Ok(n)
 }
@@ -108,7 +115,11 @@ pub fn parse_int(name: &str, v: &str, min: i64, max: i64) -> Result<i64> {
         .parse()
         .map_err(|_| bad(name, v, &format!("expected an integer in {min}..={max}")))?;
     if n < min || n > max {
-        return Err(bad(name, v, &format!("expected an integer in {min}..={max}")));
+        return Err(bad(
+            name,
+            v,
+            &format!("expected an integer in {min}..={max}"),
+        ));
     }
     Ok(n)
 }
@@ -140,7 +151,13 @@ pub const ALGO_NAMES: [&str; 10] = [
 /// Protocol names `NCCL_PROTO` may list.
 pub const PROTO_NAMES: [&str; 3] = ["ll", "ll128", "simple"];
 /// Collective names usable in the per-collective form (`allreduce:tree;…`).
-const FUNC_NAMES: [&str; 5] = ["allreduce", "broadcast", "reduce", "allgather", "reducescatter"];
+const FUNC_NAMES: [&str; 5] = [
+    "allreduce",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "reducescatter",
+];
 
 /// Checks an `NCCL_ALGO` / `NCCL_PROTO` value (`a,b`, `^a,b`, or
 /// `allreduce:a,b;broadcast:c`): every name must be one of `known`.
@@ -240,7 +257,7 @@ impl Config {
             algo,
             proto,
             grouped_recv: flag("CCLKIT_GROUPED_RECV", true)?,
-            device: DeviceKind::from_lookup(get)?,
+            device: DeviceKind::from_lookup(get).map_err(|e| e.context("CCLKIT_DEVICE"))?,
         })
     }
 

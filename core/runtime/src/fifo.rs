@@ -296,7 +296,7 @@ impl RecvConn {
         let posted = p.slot_wire();
         let what = format!(
             "{}: plugin '{name}' (net v{version}) test() reported {got} bytes received where \
-             {wire} were sent (receive posted for {posted})",
+             {wire} were expected (receive posted for {posted})",
             self.label
         );
         if self.strict {
@@ -310,8 +310,8 @@ impl RecvConn {
             target: "cclkit::proxy",
             subsys = cclkit_abi::raw::common::subsys::NET,
             "{what}. NCCL uses this size only for profiler events and the GPU flush \
-             decision, so cclkit goes on with the {wire} bytes sent and checks the data end \
-             to end (#wrong); CCLKIT_STRICT=1 makes this an error. Reported once per \
+             decision, so cclkit goes on with the {wire} bytes expected and checks the data \
+             end to end (#wrong); CCLKIT_STRICT=1 makes this an error. Reported once per \
              connection."
         );
         Ok(())

@@ -61,6 +61,7 @@ pub(crate) mod fifo;
 pub mod launch;
 pub(crate) mod op;
 pub mod p2p;
+pub(crate) mod profile;
 pub(crate) mod protocol;
 pub(crate) mod proxy;
 pub(crate) mod schedule;

@@ -80,6 +80,7 @@ impl<'a> Group<'a> {
             }
         }
         comm.ensure_p2p(&peers_send, &peers_recv)?;
+        let (prof, tasks) = self.profile_events();
         // Sends to self pair with receives from self, in order, as one local copy.
         let mut plans = Vec::new();
         let mut self_sends: Vec<&[u8]> = Vec::new();
@@ -147,6 +148,30 @@ impl<'a> Group<'a> {
             };
             plans.push((vec![schedule::p2p(&shape, &ops, 0)?], OpRef { bufs, red }));
         }
-        comm.run(plans, Protocol::SIMPLE, true)
+        let done = comm.run_profiled(plans, Protocol::SIMPLE, true, &tasks);
+        drop(prof);
+        done
+    }
+
+    /// The profiler's group and per-plan P2p events (none without a profiler).
+    fn profile_events(
+        &self,
+    ) -> (
+        Option<crate::profile::GroupEvents<'a>>,
+        Vec<cclkit_host::profiler::EventHandle>,
+    ) {
+        let Some(c) = self.comm.profile().ctx() else {
+            return (None, Vec::new());
+        };
+        let items: Vec<_> = self
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::Send(b, p) => (true, *p, b.len(), b.as_ptr() as usize),
+                Item::Recv(b, p) => (false, *p, b.len(), b.as_ptr() as usize),
+            })
+            .collect();
+        let (g, t) = crate::profile::p2p_events(c, self.comm.rank(), &items);
+        (Some(g), t)
     }
 }

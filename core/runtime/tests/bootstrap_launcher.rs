@@ -11,7 +11,12 @@ use std::time::{Duration, Instant};
 use cclkit_runtime::launch::{LocalOptions, RankExit, failures, run_local_with};
 
 /// Runs `np` ranks of `sh -c script` (the script sees `$CCLKIT_RANK`).
-fn run(np: usize, script: &str, timeout: Duration, require_result: bool) -> (Vec<RankExit>, Duration) {
+fn run(
+    np: usize,
+    script: &str,
+    timeout: Duration,
+    require_result: bool,
+) -> (Vec<RankExit>, Duration) {
     let o = LocalOptions {
         timeout,
         grace: Duration::from_millis(300),
@@ -23,12 +28,13 @@ fn run(np: usize, script: &str, timeout: Duration, require_result: bool) -> (Vec
     (exits, t.elapsed())
 }
 
-const READY: &str = "echo ready >&$CCLKIT_REPORT_FD";
+/// `/proc/self/fd/N`: dash cannot redirect to descriptors above 9.
+const READY: &str = "echo ready > /proc/self/fd/$CCLKIT_REPORT_FD";
 
 #[test]
 fn the_first_failed_rank_is_named_and_the_others_are_stopped_at_once() {
     let script = format!(
-        "{READY}; if [ $CCLKIT_RANK = 2 ]; then echo 'rank 2: bad thing happened' >&2; exit 3; fi; sleep 60"
+        "{READY}; if [ $CCLKIT_RANK = 2 ]; then echo 'rank 2: bad thing happened' >&2; exit 3; fi; exec sleep 60"
     );
     let (exits, took) = run(4, &script, Duration::from_secs(30), true);
     assert!(took < Duration::from_secs(10), "{took:?}");
@@ -43,11 +49,14 @@ fn the_first_failed_rank_is_named_and_the_others_are_stopped_at_once() {
 
 #[test]
 fn a_rank_killed_by_a_signal_is_told_apart_from_those_the_launcher_killed() {
-    let script = format!("{READY}; if [ $CCLKIT_RANK = 1 ]; then kill -9 $$; fi; sleep 60");
+    let script = format!("{READY}; if [ $CCLKIT_RANK = 1 ]; then kill -9 $$; fi; exec sleep 60");
     let (exits, took) = run(4, &script, Duration::from_secs(30), true);
     assert!(took < Duration::from_secs(10), "{took:?}");
     let why = failures(&exits).unwrap();
-    assert!(why.starts_with("rank 1 was killed by signal 9 first"), "{why}");
+    assert!(
+        why.starts_with("rank 1 was killed by signal 9 first"),
+        "{why}"
+    );
     assert!(why.contains("stopped rank(s) 0, 2, 3"), "{why}");
 }
 
@@ -56,13 +65,21 @@ fn exit_0_without_joining_or_without_a_result_is_a_failure() {
     // A plugin constructor calling _exit(0) looks like this: no `ready`, status 0.
     let (exits, _) = run(2, "exit 0", Duration::from_secs(30), false);
     let why = failures(&exits).unwrap();
-    assert!(why.contains("exited with 0 (exited 0 without joining"), "{why}");
+    assert!(
+        why.contains("exited with 0 (exited 0 without joining"),
+        "{why}"
+    );
     // Joined, but ended before its result.
-    let (exits, _) = run(1, &format!("{READY}; exit 0"), Duration::from_secs(30), true);
+    let (exits, _) = run(
+        1,
+        &format!("{READY}; exit 0"),
+        Duration::from_secs(30),
+        true,
+    );
     let why = failures(&exits).unwrap();
     assert!(why.contains("without reporting a result"), "{why}");
     // Everything reported: success.
-    let script = format!("{READY}; echo 'result 0' >&$CCLKIT_REPORT_FD; exit 0");
+    let script = format!("{READY}; echo 'result 0' > /proc/self/fd/$CCLKIT_REPORT_FD; exit 0");
     let (exits, _) = run(3, &script, Duration::from_secs(30), true);
     assert_eq!(failures(&exits), None, "{exits:?}");
     assert!(exits.iter().all(|e| e.ready && e.result == Some(0)));
@@ -71,10 +88,13 @@ fn exit_0_without_joining_or_without_a_result_is_a_failure() {
 #[test]
 fn a_rank_that_never_joins_is_killed_at_the_join_deadline() {
     // A constructor that never returns: the rank never says `ready`.
-    let (exits, took) = run(2, "sleep 120", Duration::from_secs(1), true);
+    let (exits, took) = run(2, "exec sleep 120", Duration::from_secs(1), true);
     assert!(took < Duration::from_secs(12), "{took:?}");
     let why = failures(&exits).unwrap();
-    assert!(why.contains("did not join its communicator within"), "{why}");
+    assert!(
+        why.contains("did not join its communicator within"),
+        "{why}"
+    );
 }
 
 #[test]

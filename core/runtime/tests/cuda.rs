@@ -237,7 +237,11 @@ fn expect_no_driver() {
 fn cuda_without_a_driver_fails_on_every_rank_with_a_clear_error() {
     rank!(expect_no_driver);
     if cclkit_kernels_driver_present() {
-        eprintln!("a CUDA driver is present: nothing to check here");
+        skip(
+            test_name!(),
+            "a CUDA driver is installed, so its absence cannot be tested here (the GPU \
+             path is kernels/cuda/gpu-check.sh)",
+        );
         return;
     }
     let run = Job::new(test_name!(), 2)
@@ -256,6 +260,15 @@ fn cuda_without_a_driver_fails_on_every_rank_with_a_clear_error() {
             "rank {r}: {e}"
         );
     }
+}
+
+/// Records that `test` did not run here and why. The line goes straight to stderr:
+/// libtest captures only `print!`/`eprint!`, so it shows in `cargo test` output of a
+/// passing test, and `make test` lists it (tests/skips.sh).
+fn skip(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("cclkit-skip: {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// Whether this machine has the CUDA driver library.

@@ -2,6 +2,12 @@
 //! return an error within the configured operation timeout; a wrong unique id is a
 //! clear error for every rank; a plugin whose `isend` fails has its own WARN text in
 //! the runtime's error.
+//!
+//! Timing is checked as a property, never against the test's own stopwatch: the
+//! error says which deadline fired (the runtime names `CCLKIT_OP_TIMEOUT` and its
+//! value), a timeout cannot fire before the configured value (measured inside the
+//! rank), and "within the timeout" allows [`SLACK`] times the configured value, so a
+//! loaded machine is slow, not wrong.
 
 #[macro_use]
 mod common_rt;
@@ -10,14 +16,25 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use cclkit_abi::raw::common::{DataType, NcclResult, RedOp};
 use cclkit_runtime::launch::{self, IdSource};
 use cclkit_runtime::{Comm, Config, world};
-use cclkit_abi::raw::common::{DataType, RedOp};
 use common_rt::data::{Rng, assert_bytes, check_reduction};
 use common_rt::{Job, Run, builtin_net, emit, join, packaged, param, param_u64, plugin_net};
 
 /// Operation timeout the fault launches run with (seconds).
 const OP_TIMEOUT: u64 = 5;
+
+/// "Within the timeout" on a loaded 2-core machine: this many times [`OP_TIMEOUT`].
+const SLACK: u64 = 4;
+
+/// The message of an operation timeout of [`OP_TIMEOUT`], as the runtime words it.
+fn timeout_words() -> String {
+    format!(
+        "within {:?} (CCLKIT_OP_TIMEOUT)",
+        Duration::from_secs(OP_TIMEOUT)
+    )
+}
 
 /// The rank program: ring exchanges (or AllReduces, `CKT_MODE=allreduce`) until one
 /// fails; reports the error and aborts.
@@ -87,6 +104,49 @@ fn error_of(run: &Run, rank: usize) -> (String, i64) {
     )
 }
 
+/// Seconds `rank` waited from its last good round to its error, measured in the rank.
+fn waited(run: &Run, rank: usize) -> f64 {
+    run.value(rank, "error")["seconds"]
+        .as_f64()
+        .unwrap_or(f64::MAX)
+}
+
+/// Checks that a survivor's error names its cause: either the operation timeout
+/// (ncclTimeout, naming `CCLKIT_OP_TIMEOUT` and its value, and not before it: the
+/// rank's own clock) or the peer's failure (any other error), and that it came
+/// within [`SLACK`] × [`OP_TIMEOUT`].
+fn assert_failed_in_time(run: &Run, rank: usize, label: &str) {
+    let (msg, code) = error_of(run, rank);
+    assert!(
+        code != 0 && !msg.is_empty(),
+        "{label} rank {rank}: {code} {msg}"
+    );
+    let secs = waited(run, rank);
+    if code == i64::from(NcclResult::TIMEOUT.0) {
+        assert!(
+            msg.contains(&timeout_words()),
+            "{label} rank {rank}: a timeout that does not name {}: {msg}",
+            timeout_words()
+        );
+        assert!(
+            secs >= OP_TIMEOUT as f64,
+            "{label} rank {rank}: timed out {secs:.2} s after its last good round, before \
+             the {OP_TIMEOUT} s configured: {msg}"
+        );
+    } else {
+        assert!(
+            !msg.contains("CCLKIT_OP_TIMEOUT"),
+            "{label} rank {rank}: code {code} but the message blames the timeout: {msg}"
+        );
+    }
+    assert!(
+        secs <= (SLACK * OP_TIMEOUT) as f64,
+        "{label} rank {rank}: failed {secs:.2} s after its last good round, beyond \
+         {SLACK} × CCLKIT_OP_TIMEOUT={OP_TIMEOUT}: {msg}"
+    );
+    eprintln!("{label}: rank {rank} failed {secs:.2} s after its last good round: {msg} ({code})");
+}
+
 #[test]
 fn killed_rank_mid_exchange_others_fail_within_timeout() {
     rank!(until_error);
@@ -104,9 +164,11 @@ fn killed_rank_mid_exchange_others_fail_within_timeout() {
             .kill_on(1, "KILL-ME")
             .timeout(Duration::from_secs(60))
             .run();
-        let killed = run
-            .killed_at
-            .unwrap_or_else(|| panic!("{label}: rank 1 was never killed\n{}", run.describe()));
+        assert!(
+            run.killed_at.is_some(),
+            "{label}: rank 1 was never killed\n{}",
+            run.describe()
+        );
         assert_eq!(
             run.ranks[1].signal,
             Some(libc::SIGKILL),
@@ -120,18 +182,7 @@ fn killed_rank_mid_exchange_others_fail_within_timeout() {
         );
         for r in (0..np).filter(|&r| r != 1) {
             assert_eq!(run.ranks[r].code, Some(0), "{label}\n{}", run.describe());
-            let (msg, code) = error_of(&run, r);
-            assert!(
-                code != 0 && !msg.is_empty(),
-                "{label} rank {r}: {code} {msg}"
-            );
-            // The configured timeout plus process exit and scheduling slack.
-            let took = run.ranks[r].ended.saturating_sub(killed);
-            assert!(
-                took <= Duration::from_secs(OP_TIMEOUT + 5),
-                "{label} rank {r} needed {took:?} to fail after the kill: {msg}"
-            );
-            eprintln!("{label}: rank {r} failed {took:.2?} after the kill: {msg} ({code})");
+            assert_failed_in_time(&run, r, label);
         }
     }
 }
@@ -148,27 +199,21 @@ fn hung_rank_mid_exchange_others_time_out() {
         .grace(Duration::from_secs(OP_TIMEOUT + 15))
         .timeout(Duration::from_secs(60))
         .run();
-    let stopped = run
-        .killed_at
-        .unwrap_or_else(|| panic!("rank 2 was never stopped\n{}", run.describe()));
+    assert!(
+        run.killed_at.is_some(),
+        "rank 2 was never stopped\n{}",
+        run.describe()
+    );
     assert!(!run.timed_out, "survivors hung\n{}", run.describe());
     // Nobody can know before the timeout; the first to time out aborts, and its
     // neighbour may then see that connection close instead.
     let mut timeouts = 0;
     for r in [0, 1] {
         assert_eq!(run.ranks[r].code, Some(0), "{}", run.describe());
-        let (msg, code) = error_of(&run, r);
-        if code == 8 {
-            assert!(msg.contains("CCLKIT_OP_TIMEOUT"), "rank {r}: {msg}");
+        assert_failed_in_time(&run, r, "SIGSTOP");
+        if error_of(&run, r).1 == i64::from(NcclResult::TIMEOUT.0) {
             timeouts += 1;
         }
-        let took = run.ranks[r].ended.saturating_sub(stopped);
-        assert!(
-            took >= Duration::from_secs(OP_TIMEOUT) - Duration::from_millis(500)
-                && took <= Duration::from_secs(OP_TIMEOUT + 5),
-            "rank {r} ended {took:?} after the stop: {msg}"
-        );
-        eprintln!("rank {r} ended {took:.2?} after the stop: {msg}");
     }
     assert!(
         timeouts >= 1,
@@ -274,15 +319,7 @@ fn plugin_isend_error_surfaces_with_its_text() {
     assert_eq!(code, 2, "ncclSystemError as the plugin returned: {msg}");
     assert_eq!(run.value(1, "error")["round"], 6, "{msg}");
     // The peer learns of it too, within the operation timeout.
-    let (peer, _) = error_of(&run, 0);
-    let took = run.value(0, "error")["seconds"]
-        .as_f64()
-        .unwrap_or(f64::MAX);
-    assert!(
-        took <= (OP_TIMEOUT + 5) as f64,
-        "rank 0 took {took} s: {peer}"
-    );
-    eprintln!("rank 1: {msg}\nrank 0 ({took:.2} s): {peer}");
+    assert_failed_in_time(&run, 0, "peer of the failing isend");
 }
 
 /// The rank program for mismatched sizes: rank 0 sends `CKT_SEND` bytes, rank 1
@@ -301,6 +338,7 @@ fn mismatched() {
         "outcome",
         serde_json::json!({
             "error": r.as_ref().err().map(|e| e.message().to_owned()),
+            "code": r.as_ref().err().map(|e| e.code().0),
             "seconds": t.elapsed().as_secs_f64(),
         }),
     );
@@ -319,13 +357,19 @@ fn mismatched() {
 #[test]
 fn mismatched_send_and_receive_sizes_are_an_error() {
     rank!(mismatched);
+    // A long operation timeout: detection must come from the size check on arrival,
+    // and should it not, the timeout's own message says so (checked below).
+    let op_timeout = 60;
     for (send, recv) in [(1000, 600), (600, 1000), (3 << 20, (1 << 20) + 5)] {
+        // NCCL ignores the size test() reports (issue 22): cclkit only WARNs about
+        // a mismatch unless CCLKIT_STRICT=1, which this check of the diagnosis sets.
         let run = Job::new(test_name!(), 2)
             .envs(builtin_net())
-            .env("CCLKIT_OP_TIMEOUT", OP_TIMEOUT)
+            .env("CCLKIT_STRICT", 1)
+            .env("CCLKIT_OP_TIMEOUT", op_timeout)
             .env("CKT_SEND", send)
             .env("CKT_RECV", recv)
-            .timeout(Duration::from_secs(60))
+            .timeout(Duration::from_secs(2 * op_timeout))
             .run();
         run.assert_ok();
         let o = run.value(1, "outcome");
@@ -339,9 +383,16 @@ fn mismatched_send_and_receive_sizes_are_an_error() {
             msg.contains("were expected") && msg.contains("from rank 0"),
             "send {send}, recv {recv}: {msg}"
         );
-        // Detected on arrival, not by the timeout.
-        let took = o["seconds"].as_f64().unwrap_or(f64::MAX);
-        assert!(took < OP_TIMEOUT as f64, "took {took} s: {msg}");
+        // Detected on arrival, not by the timeout: the error is the size check's.
+        assert_ne!(
+            o["code"].as_i64(),
+            Some(i64::from(NcclResult::TIMEOUT.0)),
+            "send {send}, recv {recv}: {msg}"
+        );
+        assert!(
+            !msg.contains("CCLKIT_OP_TIMEOUT"),
+            "send {send}, recv {recv}: the timeout fired, not the size check: {msg}"
+        );
         eprintln!(
             "send {send}, recv {recv}: {msg} / rank 0: {}",
             run.value(0, "outcome")

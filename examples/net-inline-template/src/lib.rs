@@ -132,8 +132,9 @@ pub struct Request {
     seq: u64,
 }
 
-impl Link {
-    fn new(stream: TcpStream, dir: Dir) -> Result<Conn> {
+impl Conn {
+    /// Makes `stream` non-blocking and wraps it as a comm.
+    fn new(stream: TcpStream, dir: Dir) -> Result<Self> {
         stream
             .set_nonblocking(true)
             .map_err(|e| Error::io("set_nonblocking", e))?;
@@ -148,7 +149,9 @@ impl Link {
             failed: None,
         }))))
     }
+}
 
+impl Link {
     /// Queues an operation and starts it at once (small messages finish right here).
     fn post(&mut self, buf: Buf, size: Option<usize>) -> Result<u64> {
         if let Some(why) = &self.failed {
@@ -329,7 +332,7 @@ impl Net for TemplateNet {
         stream
             .write_all(&magic.to_le_bytes())
             .map_err(|e| Error::remote(format!("connect to {addr}: {e}")))?;
-        Link::new(stream, Dir::Send).map(Some)
+        Conn::new(stream, Dir::Send).map(Some)
     }
 
     fn accept(&self, listen: &mut Listen) -> Result<Option<Conn>> {
@@ -361,7 +364,7 @@ impl Net for TemplateNet {
             nccl_warn!("template-inline net: dropped a connection without the listen magic");
             return Ok(None);
         }
-        Link::new(stream, Dir::Recv).map(Some)
+        Conn::new(stream, Dir::Recv).map(Some)
     }
 
     fn reg_mr(&self, _comm: CommRef<'_, Self>, region: MemRegion) -> Result<()> {

@@ -8,10 +8,8 @@
 use std::fmt;
 
 use cclkit_abi::nccl_warn;
-
-mod filter;
-
-pub use filter::NameFilter;
+/// `NCCL_IB_HCA` / `NCCL_SOCKET_IFNAME` lists, read as NCCL's `matchIfList` reads them.
+pub use cclkit_abi::sock::IfList;
 
 /// Address family for RoCE GID selection and the side channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +26,7 @@ pub struct Config {
     /// `NCCL_IB_DISABLE=1` turns the plugin off.
     pub disable: bool,
     /// `NCCL_IB_HCA`.
-    pub hca: NameFilter,
+    pub hca: IfList,
     /// `NCCL_IB_GID_INDEX` (-1 = choose automatically). RoCE only, as in NCCL's
     /// `ncclIbGetGidIndex`; IB ports use [`Config::routable_flid_gid_index`] or 0.
     pub gid_index: Option<u32>,
@@ -81,7 +79,7 @@ pub struct Config {
     /// `NCCL_GDR_FLUSH_DISABLE` (0).
     pub gdr_flush_disable: bool,
     /// `NCCL_SOCKET_IFNAME`: interfaces for the TCP side channel.
-    pub socket_ifname: NameFilter,
+    pub socket_ifname: IfList,
     /// `NCCL_SOCKET_FAMILY`.
     pub socket_family: Option<Family>,
 }
@@ -133,7 +131,7 @@ impl Config {
         let ar_threshold = int("NCCL_IB_AR_THRESHOLD", -2, 0, i64::MAX);
         Self {
             disable: int("NCCL_IB_DISABLE", 0, 0, 1) == 1,
-            hca: NameFilter::parse(get("NCCL_IB_HCA").as_deref()),
+            hca: IfList::parse(get("NCCL_IB_HCA").as_deref().unwrap_or("")),
             gid_index: u32::try_from(gid).ok(),
             routable_flid_gid_index: int("NCCL_IB_ROUTABLE_FLID_GID_INDEX", 1, 0, 65_535) as u32,
             roce_version: int("NCCL_IB_ROCE_VERSION_NUM", 2, 1, 2) as u32,
@@ -161,9 +159,18 @@ impl Config {
             return_async_events: int("NCCL_IB_RETURN_ASYNC_EVENTS", 1, 0, 1) == 1,
             relaxed_ordering: int("NCCL_IB_PCI_RELAXED_ORDERING", 2, 0, 2) as u32,
             gdr_flush_disable: int("NCCL_GDR_FLUSH_DISABLE", 0, 0, 1) == 1,
-            socket_ifname: NameFilter::parse(get("NCCL_SOCKET_IFNAME").as_deref()),
+            socket_ifname: IfList::parse(get("NCCL_SOCKET_IFNAME").as_deref().unwrap_or("")),
             socket_family: family("NCCL_SOCKET_FAMILY"),
         }
+    }
+}
+
+/// A name list for logs: "(all)" when it selects everything.
+fn list(l: &IfList) -> String {
+    if l.is_empty() && !l.is_exclude() {
+        "(all)".to_owned()
+    } else {
+        l.to_string()
     }
 }
 
@@ -179,7 +186,7 @@ impl fmt::Display for Config {
              RETRY_CNT={} PKEY={} QPS_PER_CONNECTION={} SPLIT_DATA_ON_QPS={} \
              ADAPTIVE_ROUTING={} AR_THRESHOLD={} ECE_ENABLE={} USE_INLINE={} \
              PCI_RELAXED_ORDERING={} GDR_FLUSH_DISABLE={}",
-            self.hca,
+            list(&self.hca),
             self.gid_index
                 .map_or_else(|| "auto".to_owned(), |g| g.to_string()),
             self.roce_version,
@@ -264,7 +271,7 @@ mod tests {
         assert_eq!(c.qps_per_connection, 4);
         assert_eq!(c.addr_family, Family::V6);
         assert_eq!(c.addr_range.as_deref(), Some("fd00::/8"));
-        assert!(!c.hca.matches("mlx5_01", None));
+        assert!(!c.hca.selects("mlx5_01"));
         assert!(c.split_data_on_qps);
         assert_eq!(c.adaptive_routing, Some(false));
         assert_eq!(c.ar_threshold, 0);

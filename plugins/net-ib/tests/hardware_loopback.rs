@@ -41,8 +41,11 @@ fn wait(req: &mut <IbVerbsNet as Net>::Request, n: usize) -> Vec<c_int> {
 #[test]
 #[ignore = "needs an RDMA device; see plugins/net-ib/HARDWARE.md"]
 fn loopback_transfers_on_a_real_hca() {
-    let net =
-        IbVerbsNet::init(&InitArgs { host_abi: 12 }).expect("init (is there an active HCA port?)");
+    let net = IbVerbsNet::init(&InitArgs {
+        host_abi: 12,
+        profiler: cclkit_abi::profiler::net::NetProfiler::disabled(),
+    })
+    .expect("init (is there an active HCA port?)");
     let dev: usize = std::env::var("CCLKIT_IB_TEST_DEVICE")
         .ok()
         .and_then(|v| v.parse().ok())

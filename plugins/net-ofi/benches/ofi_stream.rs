@@ -3,6 +3,7 @@
 //! provider, sizes, window (8, NCCL_STEPS) and registration rule.
 //!
 //! ```text
+//! cargo build --release -p cclkit-net-ofi --example cclkit-ofi-peer
 //! cargo bench -p cclkit-net-ofi --bench ofi_stream \
 //!     [-- --quick] [--provider 'tcp;ofi_rxm'] [--size-mib 1] [--rounds 41]
 //! ```
@@ -19,8 +20,24 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
-/// The peer binary; its `mixed` scenario is one side of this benchmark.
-const PEER: &str = env!("CARGO_BIN_EXE_cclkit-ofi-peer");
+/// The peer, the package's `cclkit-ofi-peer` example; its `mixed` scenario is one
+/// side of this benchmark. `cargo bench` does not build examples, so a missing peer
+/// panics with the command that builds it (with the bench's release profile).
+fn peer_path() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("path of the benchmark");
+    let path = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("benchmark binary inside target/<profile>/deps")
+        .join("examples/cclkit-ofi-peer");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --release -p cclkit-net-ofi --example \
+         cclkit-ofi-peer` first",
+        path.display()
+    );
+    path
+}
 const BURST_BYTES: usize = 64 << 20;
 const ROUNDS: usize = 41;
 
@@ -82,7 +99,7 @@ struct Proc {
 
 impl Proc {
     fn spawn(args: &[String], env: &[(&str, String)]) -> Proc {
-        let mut child = Command::new(PEER)
+        let mut child = Command::new(peer_path())
             .args(args)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::piped())

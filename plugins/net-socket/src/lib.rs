@@ -30,6 +30,7 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use cclkit_abi::net::{
     Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
 };
+use cclkit_abi::profiler::net::RequestProfiler;
 use cclkit_abi::raw::common::{ptr, subsys};
 use cclkit_abi::raw::net::{MAX_COLLNET_SIZE, MAX_NET_SIZE, NCCL_NET_MAX_REQUESTS};
 use cclkit_abi::{Error, Result, export_net, nccl_info, nccl_warn};
@@ -39,6 +40,7 @@ pub mod config;
 mod connect;
 pub mod iface;
 mod listen;
+mod prof;
 mod recv;
 mod send;
 mod slots;
@@ -292,6 +294,39 @@ impl Net for SocketNet {
         recv::irecv(comm.core(), bufs)
     }
 
+    fn isend_profiled(
+        &self,
+        comm: &mut Comm,
+        buf: Buf,
+        tag: i32,
+        _mr: Option<&()>,
+        profiler: RequestProfiler,
+    ) -> Result<Option<Request>> {
+        let len = buf.len();
+        let req = send::isend(comm.core(), buf, tag)?;
+        if let Some(r) = &req {
+            let fd = prof_fd(comm.core());
+            r.slot().prof.start(profiler, fd, prof::OP_SEND, len);
+        }
+        Ok(req)
+    }
+
+    fn irecv_profiled(
+        &self,
+        comm: &mut Comm,
+        bufs: &[RecvBuf<'_, ()>],
+        _optional_completion: bool,
+        profiler: RequestProfiler,
+    ) -> Result<Option<Request>> {
+        let len = bufs.iter().map(|b| b.buf.len()).sum();
+        let req = recv::irecv(comm.core(), bufs)?;
+        if let Some(r) = &req {
+            let fd = prof_fd(comm.core());
+            r.slot().prof.start(profiler, fd, prof::OP_RECV, len);
+        }
+        Ok(req)
+    }
+
     fn test(request: &mut Request, sizes: &mut Sizes<'_>) -> Result<bool> {
         if let Some(done) = finished(request, sizes)? {
             return Ok(done);
@@ -316,10 +351,17 @@ fn finished(request: &Request, sizes: &mut Sizes<'_>) -> Result<Option<bool>> {
             for (i, size) in request.sizes().enumerate() {
                 sizes.set(i, size)?;
             }
+            request.slot().prof.end(request.sizes().sum());
             Ok(Some(true))
         }
         Outcome::Failed(message) => Err(Error::invalid_usage(message)),
     }
+}
+
+/// The socket a request's profiler event names: the comm's first data lane.
+fn prof_fd(core: &comm::Core) -> i32 {
+    use std::os::fd::AsRawFd;
+    core.lanes.first().map_or(-1, |l| l.sock.as_raw_fd())
 }
 
 /// Socket options of every connection of a comm: no Nagle delay (a message's last

@@ -33,6 +33,8 @@ pub struct Slot {
     sizes: [AtomicU64; MAX_RECVS],
     /// The comm that owns this slot (its pool lives inside it).
     core: *const Core,
+    /// The request's profiler event (net v10+ hosts with a profiler).
+    pub prof: crate::prof::ReqEvent,
 }
 
 // SAFETY: every field is an atomic or a mutex except `core`, a pointer to the
@@ -110,6 +112,7 @@ impl Pool {
                 nbufs: AtomicU32::new(0),
                 sizes: Default::default(),
                 core,
+                prof: Default::default(),
             })
             .collect();
         Self { slots }
@@ -182,6 +185,7 @@ unsafe impl RawHandle for Request {
 impl Drop for Request {
     fn drop(&mut self) {
         // NCCL is done with the request (tested done/failed, or never posted).
+        self.slot().prof.end(0);
         self.slot().state.store(FREE, Ordering::Release);
     }
 }

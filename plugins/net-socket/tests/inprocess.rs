@@ -193,12 +193,12 @@ fn peer_close_fails_a_pending_receive() {
     }
     .unwrap();
     p.close_send(send);
-    let start = Instant::now();
+    // The plugin has no data-path timeout: a failure at all can only come from the
+    // closed peer, and LONG merely bounds a hang (a loaded machine is slow, not wrong).
     assert_eq!(
         wait_one(&p, req, LONG).unwrap_err(),
         NcclResult::REMOTE_ERROR
     );
-    assert!(start.elapsed() < Duration::from_secs(5));
     // Later operations fail at once, naming the failure instead of hanging.
     // SAFETY: as above.
     let again = unsafe {
@@ -235,13 +235,14 @@ fn peer_close_mid_transfer_fails_the_sender() {
     let mut sizes = [0; 64];
     let _ = p.test(rreq, &mut sizes);
     p.close_recv(recv);
-    let start = Instant::now();
+    // As above, only the closed peer can fail a send; LONG bounds a hang.
+    let deadline = Instant::now() + LONG;
     let mut failed = wait_one(&p, sreq, LONG).err();
-    // A send the kernel already buffered may still succeed; the next one cannot.
+    // A send the kernel already buffered may still succeed; a later one cannot.
     while failed.is_none() {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "sender never noticed the closed peer"
+            Instant::now() < deadline,
+            "sender never noticed the closed peer within {LONG:?}"
         );
         // SAFETY: as above.
         match unsafe { p.isend(send, big.as_mut_ptr(), big.len(), 0, std::ptr::null_mut()) } {
@@ -251,6 +252,5 @@ fn peer_close_mid_transfer_fails_the_sender() {
         }
     }
     assert_eq!(failed, Some(NcclResult::REMOTE_ERROR));
-    assert!(start.elapsed() < Duration::from_secs(10));
     p.close_send(send);
 }

@@ -26,7 +26,11 @@ fn finish(req: &mut Req) -> Option<cclkit_abi::Error> {
 
 #[test]
 fn errors_name_the_peer_and_the_sizes() {
-    let net = SocketNet::init(&InitArgs { host_abi: 12 }).expect("init");
+    let net = SocketNet::init(&InitArgs {
+        host_abi: 12,
+        profiler: cclkit_abi::profiler::net::NetProfiler::disabled(),
+    })
+    .expect("init");
     let mut handle = NetHandle::zeroed();
     let mut listen = net.listen(&(), 0, &mut handle).expect("listen");
     let deadline = Instant::now() + Duration::from_secs(30);

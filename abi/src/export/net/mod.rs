@@ -5,10 +5,12 @@
 //! operations in [`ops`], which own every raw-pointer conversion.
 
 use std::ffi::{CString, c_char};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::net::{CommConfig, InitArgs, Net};
+use crate::profiler::net::NetProfiler;
 
 mod handle;
 mod ops;
@@ -40,7 +42,19 @@ pub(crate) struct CtxBox<T: Net> {
 /// contexts older hosts never see, and the strings properties point to.
 pub struct NetState<T: Net> {
     inner: Mutex<Inner<T>>,
+    /// The profiler callback from the last v10+ `init` (0: none), read without the
+    /// lock on every `isend`/`irecv`.
+    profiler: AtomicUsize,
 }
+
+/// The function type inside `ncclProfilerCallback_t`.
+type ProfilerFn = unsafe extern "C" fn(
+    *mut *mut std::ffi::c_void,
+    std::ffi::c_int,
+    *mut std::ffi::c_void,
+    i64,
+    *mut std::ffi::c_void,
+) -> crate::raw::common::NcclResult;
 
 struct Inner<T: Net> {
     plugin: Option<Arc<T>>,
@@ -58,6 +72,7 @@ impl<T: Net> NetState<T> {
     /// Empty state (const, for a `static`).
     pub const fn new() -> Self {
         Self {
+            profiler: AtomicUsize::new(0),
             inner: Mutex::new(Inner {
                 plugin: None,
                 refs: 0,
@@ -66,6 +81,24 @@ impl<T: Net> NetState<T> {
                 strings: Vec::new(),
             }),
         }
+    }
+
+    /// Keeps the profiler callback NCCL passed to v10+ `init`.
+    pub(crate) fn set_profiler(&self, cb: crate::raw::common::ncclProfilerCallback_t) {
+        self.profiler
+            .store(cb.map_or(0, |f| f as usize), Ordering::Release);
+    }
+
+    /// The profiler callback, disabled when none was given.
+    pub(crate) fn profiler(&self) -> NetProfiler {
+        let raw = self.profiler.load(Ordering::Acquire);
+        if raw == 0 {
+            return NetProfiler::disabled();
+        }
+        // SAFETY: only `set_profiler` stores here, and only the address of a
+        // non-NULL `ncclProfilerCallback_t` function.
+        let f = unsafe { std::mem::transmute::<usize, ProfilerFn>(raw) };
+        NetProfiler::new(Some(f))
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<T>> {
@@ -79,7 +112,10 @@ impl<T: Net> NetState<T> {
         if let Some(p) = &inner.plugin {
             return Ok(Arc::clone(p));
         }
-        let plugin = Arc::new(T::init(&InitArgs { host_abi })?);
+        let plugin = Arc::new(T::init(&InitArgs {
+            host_abi,
+            profiler: self.profiler(),
+        })?);
         inner.plugin = Some(Arc::clone(&plugin));
         Ok(plugin)
     }

@@ -3,6 +3,7 @@
 //!
 //! Handles are checked on the way in by [`super::handle`].
 
+use crate::profiler::net::RequestProfiler;
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -283,6 +284,33 @@ pub(crate) unsafe fn isend<T: NetExport>(
     mhandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        isend_profiled::<T>(
+            send_comm,
+            data,
+            size,
+            tag,
+            mhandle,
+            request,
+            RequestProfiler::none(),
+        )
+    }
+}
+
+/// [`isend`] with the request's profiler (v10+).
+///
+/// # Safety
+/// As [`isend`].
+pub(crate) unsafe fn isend_profiled<T: NetExport>(
+    send_comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    tag: c_int,
+    mhandle: *mut c_void,
+    request: *mut *mut c_void,
+    prof: RequestProfiler,
+) -> Result<()> {
     if request.is_null() {
         return Err(Error::invalid_argument("isend: request is NULL"));
     }
@@ -292,7 +320,7 @@ pub(crate) unsafe fn isend<T: NetExport>(
     let buf = unsafe { Buf::new(data.cast(), size) };
     // SAFETY: forwarded contract.
     let mr = unsafe { mr_ref::<T::Mr>(mhandle)? };
-    let req = s.plugin.isend(&mut s.comm, buf, tag, mr)?;
+    let req = s.plugin.isend_profiled(&mut s.comm, buf, tag, mr, prof)?;
     put_request(request, req);
     Ok(())
 }
@@ -312,6 +340,26 @@ pub(crate) unsafe fn irecv<T: NetExport, S: Copy + TryInto<usize> + std::fmt::Di
     mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> Result<()> {
+    let none = RequestProfiler::none();
+    // SAFETY: forwarded contract.
+    unsafe { irecv_profiled::<T, S>(recv_comm, n, data, sizes, tags, mhandles, request, none) }
+}
+
+/// [`irecv`] with the request's profiler (v10+).
+///
+/// # Safety
+/// As [`irecv`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn irecv_profiled<T: NetExport, S: Copy + TryInto<usize> + std::fmt::Display>(
+    recv_comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *const S,
+    tags: *const c_int,
+    mhandles: *mut *mut c_void,
+    request: *mut *mut c_void,
+    prof: RequestProfiler,
+) -> Result<()> {
     if request.is_null() {
         return Err(Error::invalid_argument("irecv: request is NULL"));
     }
@@ -322,7 +370,9 @@ pub(crate) unsafe fn irecv<T: NetExport, S: Copy + TryInto<usize> + std::fmt::Di
     let r = unsafe { borrow::<CommBox<T, T::RecvComm>>(recv_comm, RECV_TAG, "recvComm")? };
     // SAFETY: forwarded contract.
     let bufs = unsafe { gather::<T, S>(n, data, sizes, tags, mhandles)? };
-    let req = r.plugin.irecv(&mut r.comm, &bufs, optional)?;
+    let req = r
+        .plugin
+        .irecv_profiled(&mut r.comm, &bufs, optional, prof)?;
     put_request(request, req);
     Ok(())
 }

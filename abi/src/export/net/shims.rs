@@ -9,6 +9,7 @@ use super::{NetExport, ops, props};
 use crate::error::Error;
 use crate::export::guard::guard;
 use crate::log::set_logger;
+use crate::profiler::net::RequestProfiler;
 use crate::raw::common::{NcclResult, ncclDebugLogger_t, ncclProfilerCallback_t};
 use crate::raw::net::{
     ncclNetAttr_v11_t, ncclNetCommConfig_v10_t, ncclNetDeviceHandle_v7_t, ncclNetVDeviceProps_v9_t,
@@ -37,9 +38,10 @@ pub(crate) unsafe extern "C" fn init_v6<T: NetExport, const V: u32>(
 
 pub(crate) unsafe extern "C" fn init_v10<T: NetExport>(
     log: ncclDebugLogger_t,
-    _prof: ncclProfilerCallback_t,
+    prof: ncclProfilerCallback_t,
 ) -> NcclResult {
     set_logger(log);
+    T::state().set_profiler(prof);
     guard("ncclNet.init", || ops::init_legacy::<T>(10))
 }
 
@@ -48,9 +50,10 @@ pub(crate) unsafe extern "C" fn init_v11<T: NetExport, const V: u32>(
     comm_id: u64,
     config: *mut ncclNetCommConfig_v10_t,
     log: ncclDebugLogger_t,
-    _prof: ncclProfilerCallback_t,
+    prof: ncclProfilerCallback_t,
 ) -> NcclResult {
     set_logger(log);
+    T::state().set_profiler(prof);
     // SAFETY: NCCL passes a writable ctx out-pointer and NULL or its config.
     guard("ncclNet.init", || unsafe {
         ops::init_ctx::<T>(V, ctx, comm_id, config)
@@ -297,12 +300,14 @@ pub(crate) unsafe extern "C" fn isend_v10<T: NetExport>(
     size: usize,
     tag: c_int,
     mh: *mut c_void,
-    _phandle: *mut c_void,
+    phandle: *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: as above.
+    // SAFETY: as above; `phandle` is NCCL's handle for this request, valid until
+    // it completes.
     guard("ncclNet.isend", || unsafe {
-        ops::isend::<T>(sc, data, size, tag, mh, req)
+        let prof = RequestProfiler::new(T::state().profiler(), phandle);
+        ops::isend_profiled::<T>(sc, data, size, tag, mh, req, prof)
     })
 }
 
@@ -345,12 +350,19 @@ pub(crate) unsafe extern "C" fn irecv_v10<T: NetExport>(
     sizes: *mut usize,
     tags: *mut c_int,
     mh: *mut *mut c_void,
-    _phandles: *mut *mut c_void,
+    phandles: *mut *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
-    // SAFETY: as above.
+    // SAFETY: as above; `phandles` is NULL or `n` (≥ 1) handles valid until the
+    // request completes.
     guard("ncclNet.irecv", || unsafe {
-        ops::irecv::<T, usize>(rc, n, data, sizes, tags, mh, req)
+        let first = if phandles.is_null() || n < 1 {
+            std::ptr::null_mut()
+        } else {
+            phandles.read()
+        };
+        let prof = RequestProfiler::new(T::state().profiler(), first);
+        ops::irecv_profiled::<T, usize>(rc, n, data, sizes, tags, mh, req, prof)
     })
 }
 

@@ -1,7 +1,8 @@
-//! Tuner export: `ncclTunerPlugin_v1` … `_v6` from one [`Tuner`] implementation.
+//! Tuner export: `ncclTunerPlugin_v1` … `_v7` from one [`Tuner`] implementation.
 //!
 //! The adapters do what NCCL's shims do in reverse: v2–v4 `init` takes the context
-//! out-pointer last and v5/v6 first; v1/v2 return an algorithm/protocol instead of
+//! out-pointer last and v5–v7 first; v7's wider constants reach the tuner as the v5
+//! view NCCL itself converts to (the fifth generation row is kept as the host gave it); v1/v2 return an algorithm/protocol instead of
 //! editing a table, so they get a synthesised table (see [`ops::choose_legacy`]).
 
 use std::sync::Mutex;
@@ -44,7 +45,7 @@ impl<T> Default for TunerState<T> {
     }
 }
 
-/// Publishes `ncclTunerPlugin_v1` … `ncclTunerPlugin_v6` for a [`Tuner`](crate::tuner::Tuner) type.
+/// Publishes `ncclTunerPlugin_v1` … `ncclTunerPlugin_v7` for a [`Tuner`](crate::tuner::Tuner) type.
 ///
 /// ```ignore
 /// cclkit_abi::export_tuner!(MyTuner);
@@ -61,6 +62,10 @@ macro_rules! export_tuner {
             }
         }
 
+        /// `ncclTunerPlugin_v7` (NCCL source after 2.31: five GPU-generation rows).
+        #[unsafe(no_mangle)]
+        pub static ncclTunerPlugin_v7: $crate::raw::tuner::ncclTuner_v7_t =
+            $crate::export::tuner::tables::v7::<$ty>();
         /// `ncclTunerPlugin_v6` (NCCL 2.30).
         #[unsafe(no_mangle)]
         pub static ncclTunerPlugin_v6: $crate::raw::tuner::ncclTuner_v6_t =

@@ -77,6 +77,40 @@ unsafe extern "C" fn init_v5<T: TunerExport, const V: u32>(
     })
 }
 
+/// v7 `init`: as v5 with the wider constants. The tuner sees the v5 view NCCL itself
+/// converts to (`ncclTunerConstants_v7_to_v5`); what it writes is copied back, and the
+/// fifth generation row keeps the host's values.
+unsafe extern "C" fn init_v7<T: TunerExport>(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+    nvl: *mut ncclNvlDomainInfo_v7_t,
+    constants: *mut ncclTunerConstants_v7_t,
+) -> NcclResult {
+    set_logger(log);
+    // SAFETY: NCCL passes a writable context out-pointer, and NULL or its comm's
+    // 1272-byte v7 constants, live and exclusively ours for the call.
+    guard("ncclTuner.init", || unsafe {
+        let Some(wide) = constants.as_mut() else {
+            return ops::init::<T>(
+                7,
+                ctx,
+                Some(comm_id),
+                n_ranks,
+                n_nodes,
+                nvl,
+                std::ptr::null_mut(),
+            );
+        };
+        let mut v5 = wide.to_v5();
+        let r = ops::init::<T>(7, ctx, Some(comm_id), n_ranks, n_nodes, nvl, &mut v5);
+        wide.update_from_v5(&v5);
+        r
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_v2<T: TunerExport>(
     ctx: *mut c_void,
@@ -217,6 +251,21 @@ pub const fn v6<T: TunerExport>() -> ncclTuner_v6_t {
     ncclTuner_v6_t {
         name: T::NAME.as_ptr(),
         init: Some(init_v5::<T, 6>),
+        getCollInfo: Some(get_coll_info_v4::<T>),
+        finalize: Some(finalize::<T>),
+        getChunkSize: if T::HAS_CHUNK_SIZE {
+            Some(get_chunk_size::<T>)
+        } else {
+            None
+        },
+    }
+}
+
+/// `ncclTunerPlugin_v7` for `T`.
+pub const fn v7<T: TunerExport>() -> ncclTuner_v7_t {
+    ncclTuner_v7_t {
+        name: T::NAME.as_ptr(),
+        init: Some(init_v7::<T>),
         getCollInfo: Some(get_coll_info_v4::<T>),
         finalize: Some(finalize::<T>),
         getChunkSize: if T::HAS_CHUNK_SIZE {

@@ -1,8 +1,8 @@
-//! `ncclTuner` ABI v1–v6 (NCCL_ABI.md §4), one file per version as in `raw/net/`.
+//! `ncclTuner` ABI v1–v7 (NCCL_ABI.md §4, §4.4b), one file per version as in `raw/net/`.
 //!
 //! * [`constants`]: the model constants and NVLink-domain info a v5/v6 `init` receives.
 //! * [`defaults`]: NCCL 2.30's own values for those constants.
-//! * `v1` … `v6`: one function table per version; the argument types they share
+//! * `v1` … `v7`: one function table per version (v7 also holds its wider constants); the argument types they share
 //!   (`init`, `getCollInfo`, `finalize`) are declared here.
 //!
 //! The cost table is typed `float**` in C but is a flat row-major
@@ -22,6 +22,7 @@ mod v3;
 mod v4;
 mod v5;
 mod v6;
+mod v7;
 
 pub use constants::{
     BwTable, NCCL_AMPERE_COMPCAP_IDX, NCCL_BLACKWELL_COMPCAP_IDX, NCCL_HOPPER_COMPCAP_IDX,
@@ -35,6 +36,10 @@ pub use v3::ncclTuner_v3_t;
 pub use v4::ncclTuner_v4_t;
 pub use v5::ncclTuner_v5_t;
 pub use v6::{GetChunkSize, ncclTuner_v6_t};
+pub use v7::{
+    BwTableV7, InitV7, NCCL_NUM_COMPCAPS_V7, ncclNvlDomainInfo_v7_t, ncclTuner_v7_t,
+    ncclTunerConstants_v7_t,
+};
 
 /// `getCollInfo` of v3: `(ctx, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto, nChannels)`.
 pub type GetCollInfoV3 = Option<
@@ -97,15 +102,18 @@ table_is_sync!(
     ncclTuner_v3_t,
     ncclTuner_v4_t,
     ncclTuner_v5_t,
-    ncclTuner_v6_t
+    ncclTuner_v6_t,
+    ncclTuner_v7_t
 );
 
-/// Every tuner ABI version, newest first (NCCL 2.30 tries v6 … v2; v1 only 2.19–2.20).
-pub const VERSIONS: [u32; 6] = [6, 5, 4, 3, 2, 1];
+/// Every tuner ABI version, newest first (NCCL 2.30 tries v6 … v2; v1 only 2.19–2.20;
+/// v7 is in NCCL's source after 2.31).
+pub const VERSIONS: [u32; 7] = [7, 6, 5, 4, 3, 2, 1];
 
 /// Exported symbol name of a tuner table version, NUL-terminated.
 pub const fn symbol(version: u32) -> Option<&'static str> {
     match version {
+        7 => Some("ncclTunerPlugin_v7\0"),
         6 => Some("ncclTunerPlugin_v6\0"),
         5 => Some("ncclTunerPlugin_v5\0"),
         4 => Some("ncclTunerPlugin_v4\0"),

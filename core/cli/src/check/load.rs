@@ -62,7 +62,8 @@ pub(crate) fn net(lib: &Library, version: u32) -> Result<NetPlugin, String> {
         .name()
         .ok_or_else(|| cause_text(&Cause::NullName, &symbol))?;
     // The rest of the table is checked after `init` (NetContext::init), as NCCL does.
-    raw.check_before_init().map_err(|c| cause_text(&c, &symbol))?;
+    raw.check_before_init()
+        .map_err(|c| cause_text(&c, &symbol))?;
     Ok(NetPlugin {
         shared: Arc::new(NetShared {
             raw,
@@ -86,6 +87,7 @@ pub(crate) fn tuner(lib: &Library, version: u32) -> Result<TunerPlugin, String> 
         4 => RawTuner::V4(addr.cast()),
         5 => RawTuner::V5(addr.cast()),
         6 => RawTuner::V6(addr.cast()),
+        7 => RawTuner::V7(addr.cast()),
         _ => {
             return Err(format!(
                 "tuner v{version} is not an ABI version cclkit can drive"

@@ -25,6 +25,16 @@
 //! | `net`, `tuner` | the checks themselves |
 //! | `peer`, `netns` | two-process checks over loopback and across network namespaces |
 //!
+//! Checks come in two classes ([`Class`]): **contract** checks call the plugin only
+//! as NCCL does (NCCL_ABI.md §2.11b: oldest request tested first, registered
+//! `mhandle`s, receives never smaller than the send, the version's request limit,
+//! NULL requests retried while the other side progresses, teardown with requests in
+//! flight as `ncclCommAbort` does) and decide the verdict; **probes** do what NCCL
+//! never does and only WARN (FAIL under `--strict`). The net request engine that
+//! keeps to NCCL's discipline is `net::flow`; every setup and data call is timed by
+//! `net::timing`. The verdict ([`Verdict`]) tells passed, failed and nothing tested
+//! apart, and is the exit status of `cclkit check`.
+//!
 //! The checks build on the loader's host adapters ([`cclkit_host::net`],
 //! [`cclkit_host::tuner`]), which already guard property and cost-table buffers
 //! with canaries, refuse a left-over optional-completion sentinel and keep the
@@ -80,7 +90,7 @@ impl Family {
     pub fn checkable(self) -> &'static [u32] {
         match self {
             Family::Net => &[12, 11, 10, 9, 8, 7, 6],
-            Family::Tuner => &[6, 5, 4, 3, 2, 1],
+            Family::Tuner => &[7, 6, 5, 4, 3, 2, 1],
         }
     }
 

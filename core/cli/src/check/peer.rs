@@ -17,6 +17,7 @@ use cclkit_abi::raw::net::NCCL_NET_HANDLE_MAXSIZE;
 use super::child::{Env, RESULT_PREFIX, after, line, step, within};
 use super::net::flow::{RecvPost, Region, SendPost};
 use super::net::setup::{self, CALL_LIMIT, Flow, OP_LIMIT, blocked};
+use super::net::timing::timed;
 use super::rng::Rng;
 use super::{Checked, Stop, fail};
 use cclkit_host::net::RecvBuffer;
@@ -75,12 +76,16 @@ fn peer(env: &Env, rank: usize) -> Checked {
     let deadline = Instant::now() + OP_LIMIT;
     while send.is_none() || recv.is_none() {
         if send.is_none() {
-            send = within(CALL_LIMIT, blocked("connect"), || connecting.poll())?;
+            send = within(CALL_LIMIT, blocked("connect"), || {
+                timed("connect", || connecting.poll())
+            })??;
         }
         if recv.is_none()
             && let Some(l) = listen.as_mut()
         {
-            recv = within(CALL_LIMIT, blocked("accept"), || l.accept())?;
+            recv = within(CALL_LIMIT, blocked("accept"), || {
+                timed("accept", || l.accept())
+            })??;
             if recv.is_some()
                 && let Some(l) = listen.take()
             {

@@ -93,6 +93,9 @@ pub struct Exports {
     pub collnet: Vec<u32>,
     /// `ncclTunerPlugin_vN` versions, newest first.
     pub tuner: Vec<u32>,
+    /// Every plugin kind NCCL 2.31 loads that the library exports (net, CollNet,
+    /// tuner, profiler, env, GIN, RMA), by kind then newest version.
+    pub kinds: Vec<cclkit_host::kinds::Found>,
 }
 
 /// The outcome of a whole run.
@@ -317,15 +320,7 @@ mod tests {
     #[test]
     fn verdict_tells_passed_failed_and_nothing_tested_apart() {
         let run = |rows: Vec<CheckResult>| {
-            Report::new(
-                "x".into(),
-                "x".into(),
-                Exports::default(),
-                1,
-                rows,
-                0.0,
-            )
-            .verdict
+            Report::new("x".into(), "x".into(), Exports::default(), 1, rows, 0.0).verdict
         };
         let mut warn = row("sizes", Status::Warn);
         warn.class = Class::Probe;
@@ -345,6 +340,9 @@ mod tests {
         probe_pass.class = Class::Probe;
         assert_eq!(run(vec![probe_pass]), Verdict::NothingTested);
         assert_eq!(Verdict::NothingTested.exit_code(), 3);
-        assert!(warn.line().starts_with("WARN  net v12   sizes                [probe] "));
+        assert!(
+            warn.line()
+                .starts_with("WARN  net v12   sizes                [probe] ")
+        );
     }
 }

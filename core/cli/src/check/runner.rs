@@ -181,6 +181,7 @@ fn exports_of(elf: &ElfInfo) -> Exports {
         net: versions("ncclNetPlugin_v"),
         collnet: versions("ncclCollNetPlugin_v"),
         tuner: versions("ncclTunerPlugin_v"),
+        kinds: cclkit_host::kinds::classify_names(elf.symbols.iter().map(|s| s.name.as_str())),
     }
 }
 
@@ -251,7 +252,12 @@ fn plan(opts: &Options, exports: &Exports) -> Result<(Vec<Job>, Vec<CheckResult>
             exports.net, exports.tuner
         ));
     }
-    if exports.net.is_empty() && exports.tuner.is_empty() {
+    // A library of kinds cclkit only names (profiler, env, …) is not a failure: the
+    // command reports "nothing could be checked" (issue 22).
+    if exports.net.is_empty()
+        && exports.tuner.is_empty()
+        && !cclkit_host::kinds::nothing_checkable(&exports.kinds)
+    {
         fixed.push(CheckResult {
             family: Family::Net,
             version: 0,

@@ -13,6 +13,11 @@ use crate::check::{self, Event, Options};
 
 /// Arguments of `cclkit check`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 passed, 1 failed (a contract check, or a probe under \
+                        --strict), 2 usage error or a file that cannot be checked, 3 nothing \
+                        tested (init failed or no device: only the symbols were checked)."
+)]
 pub struct CheckArgs {
     /// The plugin library: a path, or a name the dynamic linker searches for.
     #[arg(required_unless_present_any = ["list", "net", "tuner"])]
@@ -144,6 +149,9 @@ pub fn run(args: &CheckArgs) -> ExitCode {
                 list(&exports.collnet),
                 list(&exports.tuner)
             );
+            for line in exports.kinds.iter().filter_map(|k| k.not_checked()) {
+                println!("{line}");
+            }
         }
         Event::Result(r) => println!("{}", r.line()),
     };
@@ -161,6 +169,13 @@ pub fn run(args: &CheckArgs) -> ExitCode {
         }
     } else {
         println!("{}", report.summary());
+    }
+    if cclkit_host::kinds::nothing_checkable(&report.exports.kinds) {
+        // Only kinds cclkit names but has no suite for (docs/check-c-plugin.md).
+        if !json {
+            println!("nothing could be checked: no kind in this library is checked by cclkit");
+        }
+        return ExitCode::from(cclkit_host::kinds::EXIT_NOTHING_CHECKED);
     }
     ExitCode::from(report.verdict.exit_code())
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
+use super::doctor::contain;
 use super::report::{DeviceReport, FileReport};
 use crate::elf::deps::Resolver;
 use cclkit_host::net::{CommConfig, NetPlugin};
@@ -26,6 +27,9 @@ pub struct InfoArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Run the plugin against cclkit's host-memory CUDA stand-in (docs/cuda-standin.md).
+    #[arg(long)]
+    pub cuda_standin: bool,
     /// Only read and load the file: do not call the plugin's init/devices/properties.
     #[arg(long)]
     pub no_init: bool,
@@ -48,6 +52,8 @@ pub struct InfoReport {
     pub net: Option<NetInfo>,
     /// The tuner, if the library has one.
     pub tuner: Option<TunerInfo>,
+    /// Every plugin kind NCCL 2.31 loads that the library exports (issue 22).
+    pub kinds: Vec<cclkit_host::kinds::Found>,
     /// Everything wrong, one line each.
     pub problems: Vec<String>,
 }
@@ -99,6 +105,9 @@ pub struct TunerInfo {
 
 /// Runs `cclkit info`.
 pub fn run(args: &InfoArgs) -> ExitCode {
+    if let Some(code) = crate::standin::relaunch(args.cuda_standin, args.json, "info") {
+        return code;
+    }
     let library = match args.plugins.library(args.library.as_deref()) {
         Ok(Some(l)) => l,
         Ok(None) => {
@@ -110,6 +119,9 @@ pub fn run(args: &InfoArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(code) = super::doctor::contain::run_contained("info", &library, args.json) {
+        return code;
+    }
     let report = inspect(&library, !args.no_init);
     if args.json {
         match serde_json::to_string_pretty(&report) {
@@ -118,6 +130,12 @@ pub fn run(args: &InfoArgs) -> ExitCode {
         }
     } else {
         print!("{}", render(&report));
+    }
+    contain::step("exiting (the plugin's destructors run)");
+    contain::done();
+    if report.problems.is_empty() && cclkit_host::kinds::nothing_checkable(&report.kinds) {
+        // Only kinds cclkit names but does not drive: nothing could be checked.
+        return ExitCode::from(cclkit_host::kinds::EXIT_NOTHING_CHECKED);
     }
     if report.problems.is_empty() {
         ExitCode::SUCCESS
@@ -137,6 +155,7 @@ pub fn inspect(library: &str, call_plugin: bool) -> InfoReport {
         tables: Vec::new(),
         net: None,
         tuner: None,
+        kinds: Vec::new(),
         problems: Vec::new(),
     };
     let path = if library.contains('/') {
@@ -158,6 +177,7 @@ pub fn inspect(library: &str, call_plugin: bool) -> InfoReport {
             ))
         }
     }
+    contain::step("dlopen (the library's constructors run)");
     let lib = match Library::open(Some(library)) {
         Ok(l) => l,
         Err(e) => {
@@ -181,7 +201,9 @@ pub fn inspect(library: &str, call_plugin: bool) -> InfoReport {
             .any(|t| t.symbol.starts_with(f.prefix()))
     };
     let (has_net, has_tuner) = (has(Family::Net), has(Family::Tuner));
-    if has_net || !has_tuner {
+    report.kinds = cclkit_host::kinds::classify(&lib);
+    let other_kinds_only = cclkit_host::kinds::nothing_checkable(&report.kinds);
+    if has_net || (!has_tuner && !other_kinds_only) {
         report.net = Some(net_info(&lib, call_plugin));
     }
     if has_tuner {
@@ -222,6 +244,7 @@ fn net_info(lib: &Library, call: bool) -> NetInfo {
         ndev: None,
         devices: Vec::new(),
     };
+    contain::step("net plugin: reading its table");
     let plugin = match NetPlugin::load(lib.clone()) {
         Ok(p) => p,
         Err((cause, at)) => {
@@ -236,6 +259,7 @@ fn net_info(lib: &Library, call: bool) -> NetInfo {
     if !call {
         return info;
     }
+    contain::step("net plugin: init");
     let ctx = match plugin.init(0, CommConfig::default()) {
         Ok(c) => c,
         Err(e) => {
@@ -243,6 +267,7 @@ fn net_info(lib: &Library, call: bool) -> NetInfo {
             return info;
         }
     };
+    contain::step("net plugin: devices and getProperties");
     match ctx.devices() {
         Ok(n) => {
             info.ndev = Some(n);
@@ -273,6 +298,7 @@ fn tuner_info(lib: &Library, call: bool) -> TunerInfo {
         error: None,
         init_ok: None,
     };
+    contain::step("tuner: reading its table");
     let plugin = match TunerPlugin::load(lib.clone()) {
         Ok(p) => p,
         Err((cause, at)) => {
@@ -291,6 +317,7 @@ fn tuner_info(lib: &Library, call: bool) -> TunerInfo {
             minRanksPerNvlDomain: 8,
             maxRanksPerNvlDomain: 8,
         };
+        contain::step("tuner: init");
         match plugin.init(8, 1, 0, nvl, &mut constants) {
             Ok(ctx) => {
                 info.init_ok = Some(true);
@@ -330,6 +357,13 @@ pub fn render(r: &InfoReport) -> String {
                 .as_deref()
                 .map_or("(NULL)".to_owned(), |n| format!("\"{n}\""))
         ));
+    }
+    if !r.kinds.is_empty() {
+        let kinds: Vec<String> = r.kinds.iter().map(|k| k.label()).collect();
+        out.push_str(&format!("  plugin kinds: {}\n", kinds.join(", ")));
+    }
+    for line in r.kinds.iter().filter_map(|k| k.not_checked()) {
+        out.push_str(&format!("  {line}\n"));
     }
     if let Some(n) = &r.net {
         match (&n.name, &n.symbol) {

@@ -106,6 +106,15 @@ pub fn create(
         }
         written.push(*rel);
     }
+    // Renaming changes line lengths: keep the crate `cargo fmt --check` clean (what its
+    // ci.sh runs). Best effort: without rustfmt the code is still valid, only unformatted.
+    let formatted = std::process::Command::new("rustfmt")
+        .args(["--edition", "2024"])
+        .arg(dir.join("src/lib.rs"))
+        .status();
+    if !formatted.is_ok_and(|s| s.success()) {
+        eprintln!("cclkit new: note: rustfmt did not run; `cargo fmt` will tidy src/lib.rs");
+    }
     Ok(written)
 }
 
@@ -142,7 +151,10 @@ pub fn run(a: &NewArgs) -> ExitCode {
             println!("next:");
             println!("  cd {} && cargo build --release", dir.display());
             println!("  cclkit package target/release/{lib} --dest target/nccl-plugins");
-            println!("  cclkit check target/nccl-plugins/libnccl-{word}-{}.so", a.name);
+            println!(
+                "  cclkit check target/nccl-plugins/libnccl-{word}-{}.so",
+                a.name
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

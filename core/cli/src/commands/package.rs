@@ -84,25 +84,32 @@ impl Kind {
         }
     }
 
-    /// The versions cclkit's export macro for this kind publishes (what `--exact` wants).
+    /// The versions cclkit's export macro for this kind publishes (what `--exact` wants;
+    /// net and tuner: every version the loader accepts, from `cclkit_host::symbols`).
     pub fn published(self) -> &'static [u32] {
         match self {
-            Kind::Net => &[6, 7, 8, 9, 10, 11, 12],
-            Kind::Tuner => &[1, 2, 3, 4, 5, 6],
+            Kind::Net => Family::Net.accepted(),
+            Kind::Tuner => Family::Tuner.accepted(),
             Kind::Env => &[1, 2],
             Kind::Profiler => &[1, 2, 3, 4, 5, 6, 7],
         }
     }
 
-    /// The size of a version's table, where cclkit knows the layout (`None`: only the
-    /// symbol's kind is checked).
+    /// The size of a version's table (`None`: a version cclkit has no layout for).
     pub fn table_size(self, version: u32) -> Option<u64> {
-        use cclkit_abi::raw::env;
+        use cclkit_abi::raw::{env, profiler as p};
         let size = match (self, version) {
             (Kind::Net, v) => Family::Net.table_size(v)?,
             (Kind::Tuner, v) => Family::Tuner.table_size(v)?,
             (Kind::Env, 1) => size_of::<env::v1::ncclEnv_v1_t>(),
             (Kind::Env, 2) => size_of::<env::v2::ncclEnv_v2_t>(),
+            (Kind::Profiler, 1) => size_of::<p::v1::ncclProfiler_v1_t>(),
+            (Kind::Profiler, 2) => size_of::<p::v2::ncclProfiler_v2_t>(),
+            (Kind::Profiler, 3) => size_of::<p::v3::ncclProfiler_v3_t>(),
+            (Kind::Profiler, 4) => size_of::<p::v4::ncclProfiler_v4_t>(),
+            (Kind::Profiler, 5) => size_of::<p::v5::ncclProfiler_v5_t>(),
+            (Kind::Profiler, 6) => size_of::<p::v6::ncclProfiler_v6_t>(),
+            (Kind::Profiler, 7) => size_of::<p::v7::ncclProfiler_v7_t>(),
             _ => return None,
         };
         Some(size as u64)
@@ -155,7 +162,11 @@ pub fn check_symbols(info: &ElfInfo, only: Option<Kind>, exact: bool) -> Vec<Kin
                 r.problems.push(format!(
                     "also exports {} tables ({}), which a {} plugin must not",
                     kind.word(),
-                    found.iter().map(|(s, _)| s.name.as_str()).collect::<Vec<_>>().join(" "),
+                    found
+                        .iter()
+                        .map(|(s, _)| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" "),
                     only.map_or("", Kind::word)
                 ));
                 out.push(r);
@@ -211,10 +222,16 @@ pub fn default_name(file: &Path) -> Option<String> {
     let stem = stem.strip_prefix("lib").unwrap_or(stem);
     let stem = stem.split(".so").next()?;
     let norm = stem.replace('_', "-");
-    let bare = ["nccl-net-", "rccl-net-", "nccl-tuner-", "nccl-env-", "nccl-profiler-"]
-        .iter()
-        .find_map(|p| norm.strip_prefix(p))
-        .unwrap_or(&norm);
+    let bare = [
+        "nccl-net-",
+        "rccl-net-",
+        "nccl-tuner-",
+        "nccl-env-",
+        "nccl-profiler-",
+    ]
+    .iter()
+    .find_map(|p| norm.strip_prefix(p))
+    .unwrap_or(&norm);
     valid_name(bare).then(|| bare.to_owned())
 }
 

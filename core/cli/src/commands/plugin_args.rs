@@ -74,7 +74,8 @@ pub fn resolve_one(kind: PluginKind, value: &str) -> Result<String, String> {
         ));
     }
     let flavor = LoaderConfig::from_env().flavor;
-    let opened = open_entry(kind, flavor, Some(value)).map_err(|e| format!("{flag} {value}: {e}"))?;
+    let opened =
+        open_entry(kind, flavor, Some(value)).map_err(|e| format!("{flag} {value}: {e}"))?;
     Ok(match opened.library.path() {
         Some(p) => p.display().to_string(),
         None => opened.library.display_name(),
@@ -224,4 +225,54 @@ fn first_failure(attempts: &[cclkit_host::select::Attempt]) -> String {
     pick(true)
         .or_else(|| pick(false))
         .unwrap_or_else(|| "no reason recorded".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(net: Option<&str>, tuner: Option<&str>) -> PluginArgs {
+        PluginArgs {
+            net: net.map(Into::into),
+            tuner: tuner.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn flags_override_the_environment_settings() {
+        let env = LoaderConfig {
+            net_plugin: Some("from-env".into()),
+            tuner_plugin: Some("tuner-env".into()),
+            ..LoaderConfig::default()
+        };
+        let c = args(Some("ib,socket"), None).apply(env.clone());
+        assert_eq!(c.net_plugin.as_deref(), Some("ib,socket"));
+        assert_eq!(c.tuner_plugin.as_deref(), Some("tuner-env"));
+        assert_eq!(args(None, None).apply(env.clone()), env);
+    }
+
+    #[test]
+    fn one_library_for_check_and_info() {
+        assert_eq!(args(None, None).library(None), Ok(None));
+        assert_eq!(
+            args(None, None).library(Some("x.so")),
+            Ok(Some("x.so".into()))
+        );
+        assert!(args(Some("a"), Some("b")).library(None).is_err());
+        assert!(args(Some("a"), None).library(Some("x.so")).is_err());
+        let e = args(Some("a,b"), None).library(None).unwrap_err();
+        assert!(e.contains("name one plugin library"), "{e}");
+        assert!(args(None, Some("none")).library(None).is_err());
+        let e = args(Some("cclkit-no-such-7f3a"), None)
+            .library(None)
+            .unwrap_err();
+        assert!(
+            e.contains("libnccl-net-cclkit-no-such-7f3a.so"),
+            "every name NCCL tries is listed: {e}"
+        );
+        // A path resolves to itself, as dlopen would open it.
+        let so = cclkit_tests::plugin("libnccl-tuner-template.so");
+        let got = args(None, Some(&so.display().to_string())).library(None);
+        assert_eq!(got, Ok(Some(so.display().to_string())));
+    }
 }

@@ -164,7 +164,8 @@ impl FileReport {
         }
         if self.symbols.is_empty() {
             out.push(format!(
-                "{indent}exports no NCCL plugin symbol (ncclNetPlugin_v*, ncclTunerPlugin_v*)"
+                "{indent}exports no NCCL plugin symbol cclkit drives (ncclNetPlugin_v*, \
+                 ncclCollNetPlugin_v*, ncclTunerPlugin_v*)"
             ));
         }
         for (label, picks) in [("net", &self.net_picks), ("tuner", &self.tuner_picks)] {

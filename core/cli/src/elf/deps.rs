@@ -11,6 +11,8 @@ use std::collections::{HashSet, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use object::Endianness;
+use object::read::elf::FileHeader;
 use serde::Serialize;
 
 use super::ElfInfo;
@@ -248,16 +250,37 @@ fn split_paths(list: &str, origin: Option<&Path>) -> Vec<PathBuf> {
         .collect()
 }
 
-/// True when `path` is a 64-bit little-endian ELF file for `machine` (any if `None`).
+/// True when `path` is a regular ELF file for `machine` (any if `None`), as the loader
+/// skips libraries of another architecture while searching.
 fn compatible(path: &Path, machine: Option<u16>) -> bool {
-    let mut hdr = [0u8; 20];
-    let ok = std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut hdr))
-        .is_ok();
-    ok && &hdr[..4] == b"\x7fELF"
-        && hdr[4] == 2
-        && hdr[5] == 1
-        && machine.is_none_or(|m| u16::from_le_bytes([hdr[18], hdr[19]]) == m)
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut hdr = Vec::with_capacity(64);
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .and_then(|f| {
+            if f.metadata()?.is_file() {
+                f.take(64).read_to_end(&mut hdr)
+            } else {
+                Ok(0)
+            }
+        });
+    if read.is_err() {
+        return false;
+    }
+    let found = match object::FileKind::parse(&hdr[..]) {
+        Ok(object::FileKind::Elf32) => e_machine::<object::elf::FileHeader32<Endianness>>(&hdr),
+        Ok(object::FileKind::Elf64) => e_machine::<object::elf::FileHeader64<Endianness>>(&hdr),
+        _ => None,
+    };
+    found.is_some_and(|m| machine.is_none_or(|want| want == m))
+}
+
+/// `e_machine` of an ELF header of type `H`.
+fn e_machine<H: FileHeader<Endian = Endianness>>(hdr: &[u8]) -> Option<u16> {
+    let h = H::parse(hdr).ok()?;
+    Some(h.e_machine(h.endian().ok()?))
 }
 
 #[cfg(test)]

@@ -1,20 +1,35 @@
-//! A small ELF reader for what `doctor` and `info` need without loading a library:
+//! What `check`, `doctor`, `info` and `package` need from a library without loading it:
 //! dynamic symbols (name, type, size), `DT_NEEDED`, `DT_SONAME`, `DT_RPATH`,
-//! `DT_RUNPATH`. 64-bit little-endian only (x86_64, aarch64, …); anything else is
-//! rejected with a clear error rather than misread.
+//! `DT_RUNPATH`, the machine. Parsing is the `object` crate's; this module only picks
+//! what the dynamic loader itself reads, so a library `dlopen` accepts is accepted
+//! here: dynamic entries come from `PT_DYNAMIC`, and the dynamic symbols from the
+//! section headers when they are intact, else through `DT_SYMTAB` and the hash
+//! tables (see `dynamic`). 32- and 64-bit files of either byte order and any machine
+//! are read; the machine is reported, never a reason to refuse.
+//!
+//! Files are opened safely (`file`): regular files only, without blocking, read up
+//! to [`file::MAX_FILE_BYTES`].
 
 use std::fmt;
 use std::path::Path;
 
+use object::elf;
+use object::read::elf::{FileHeader, Sym};
+use object::{Endianness, FileKind};
+
 pub mod deps;
+mod dynamic;
+pub mod file;
 pub mod ldcache;
 
-/// `STT_OBJECT`: a data symbol (what NCCL's versioned plugin tables are).
-pub const STT_OBJECT: u8 = 1;
-/// `STT_FUNC`.
-pub const STT_FUNC: u8 = 2;
+use dynamic::Dynamic;
 
-/// Why a file could not be read as a supported ELF object.
+/// `STT_OBJECT`: a data symbol (what NCCL's versioned plugin tables are).
+pub const STT_OBJECT: u8 = elf::STT_OBJECT;
+/// `STT_FUNC`.
+pub const STT_FUNC: u8 = elf::STT_FUNC;
+
+/// Why a file could not be read as an ELF object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElfError(pub String);
 
@@ -40,8 +55,12 @@ pub struct Symbol {
 /// What the reader extracts from one file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ElfInfo {
-    /// `e_machine` (62 = x86_64, 183 = aarch64).
+    /// `e_machine` (62 = x86_64, 183 = aarch64, 3 = i386).
     pub machine: u16,
+    /// 32 or 64 (0 when unknown).
+    pub bits: u8,
+    /// Big-endian file.
+    pub big_endian: bool,
     /// `DT_SONAME`.
     pub soname: Option<String>,
     /// `DT_NEEDED` entries, in order.
@@ -54,54 +73,35 @@ pub struct ElfInfo {
     pub symbols: Vec<Symbol>,
 }
 
+/// A short name of an `e_machine` value ("x86_64", "aarch64", "machine 243").
+pub fn machine_name(machine: u16) -> String {
+    match machine {
+        elf::EM_X86_64 => "x86_64".into(),
+        elf::EM_AARCH64 => "aarch64".into(),
+        elf::EM_386 => "i386".into(),
+        elf::EM_ARM => "arm".into(),
+        elf::EM_PPC64 => "ppc64".into(),
+        elf::EM_S390 => "s390".into(),
+        elf::EM_RISCV => "riscv".into(),
+        elf::EM_SPARCV9 => "sparcv9".into(),
+        other => format!("machine {other}"),
+    }
+}
+
 impl ElfInfo {
-    /// Reads `path`.
+    /// Reads `path` (a regular file only, see [`file`]).
     pub fn read(path: &Path) -> Result<Self, ElfError> {
-        let data = std::fs::read(path).map_err(|e| ElfError(format!("{}: {e}", path.display())))?;
+        let data = file::read_regular(path)?;
         Self::parse(&data).map_err(|e| ElfError(format!("{}: {}", path.display(), e.0)))
     }
 
-    /// Parses an ELF image.
+    /// Parses an ELF image of either class and byte order.
     pub fn parse(data: &[u8]) -> Result<Self, ElfError> {
-        let r = Reader(data);
-        if data.len() < 64 || &data[..4] != b"\x7fELF" {
-            return Err(ElfError("not an ELF file".into()));
+        match FileKind::parse(data) {
+            Ok(FileKind::Elf32) => parse_as::<elf::FileHeader32<Endianness>>(data, 32),
+            Ok(FileKind::Elf64) => parse_as::<elf::FileHeader64<Endianness>>(data, 64),
+            _ => Err(ElfError("not an ELF file".into())),
         }
-        if data[4] != 2 {
-            return Err(ElfError(
-                "32-bit ELF is not supported (64-bit plugins only)".into(),
-            ));
-        }
-        if data[5] != 1 {
-            return Err(ElfError("big-endian ELF is not supported".into()));
-        }
-        let machine = r.u16(18)?;
-        let shoff = r.u64(0x28)? as usize;
-        let shentsize = r.u16(0x3a)? as usize;
-        let shnum = r.u16(0x3c)? as usize;
-        if shoff == 0 || shnum == 0 {
-            return Err(ElfError(
-                "no section headers (stripped with sstrip?)".into(),
-            ));
-        }
-        if shentsize < 64 {
-            return Err(ElfError(format!("section header size {shentsize} < 64")));
-        }
-        let sections: Vec<Section> = (0..shnum)
-            .map(|i| Section::read(&r, shoff + i * shentsize))
-            .collect::<Result<_, _>>()?;
-        let mut info = ElfInfo {
-            machine,
-            ..Self::default()
-        };
-        for s in &sections {
-            match s.kind {
-                SHT_DYNAMIC => info.read_dynamic(&r, s, &sections)?,
-                SHT_DYNSYM => info.read_dynsym(&r, s, &sections)?,
-                _ => {}
-            }
-        }
-        Ok(info)
     }
 
     /// The defined data symbols whose name starts with `prefix`.
@@ -113,144 +113,65 @@ impl ElfInfo {
             .iter()
             .filter(move |s| s.kind == STT_OBJECT && s.name.starts_with(prefix))
     }
+}
 
-    fn read_dynamic(
-        &mut self,
-        r: &Reader<'_>,
-        s: &Section,
-        all: &[Section],
-    ) -> Result<(), ElfError> {
-        let strtab = all
-            .get(s.link as usize)
-            .ok_or_else(|| ElfError("bad .dynamic string table link".into()))?;
-        for i in 0..(s.size / 16) as usize {
-            let at = s.offset as usize + i * 16;
-            let tag = r.u64(at)? as i64;
-            let val = r.u64(at + 8)? as usize;
-            let string = || {
-                r.cstr(
-                    strtab.offset as usize + val,
-                    (strtab.size as usize).saturating_sub(val),
-                )
+/// [`ElfInfo::parse`] for one header type.
+fn parse_as<H: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    bits: u8,
+) -> Result<ElfInfo, ElfError> {
+    let header = H::parse(data).map_err(|e| ElfError(format!("bad ELF header: {e}")))?;
+    let endian = header
+        .endian()
+        .map_err(|e| ElfError(format!("bad ELF header: {e}")))?;
+    let mut info = ElfInfo {
+        machine: header.e_machine(endian),
+        bits,
+        big_endian: endian == Endianness::Big,
+        ..ElfInfo::default()
+    };
+    let dynamic = Dynamic::read(header, endian, data)?;
+    if let Some(d) = &dynamic {
+        for &(tag, val) in &d.entries {
+            let Ok(tag) = u32::try_from(tag) else {
+                continue;
             };
             match tag {
-                0 => break,
-                DT_NEEDED => self.needed.push(string()?),
-                DT_SONAME => self.soname = Some(string()?),
-                DT_RPATH => self.rpath = Some(string()?),
-                DT_RUNPATH => self.runpath = Some(string()?),
+                elf::DT_NEEDED => info.needed.push(d.string(val)?),
+                elf::DT_SONAME => info.soname = Some(d.string(val)?),
+                elf::DT_RPATH => info.rpath = Some(d.string(val)?),
+                elf::DT_RUNPATH => info.runpath = Some(d.string(val)?),
                 _ => {}
             }
         }
-        Ok(())
     }
-
-    fn read_dynsym(
-        &mut self,
-        r: &Reader<'_>,
-        s: &Section,
-        all: &[Section],
-    ) -> Result<(), ElfError> {
-        let strtab = all
-            .get(s.link as usize)
-            .ok_or_else(|| ElfError("bad .dynsym string table link".into()))?;
-        let entsize = if s.entsize == 0 {
-            24
-        } else {
-            s.entsize as usize
-        };
-        for i in 1..(s.size as usize / entsize) {
-            let at = s.offset as usize + i * entsize;
-            let name_off = r.u32(at)? as usize;
-            let st_info = r.u8(at + 4)?;
-            let shndx = r.u16(at + 6)?;
-            let size = r.u64(at + 16)?;
-            if shndx == 0 {
-                continue; // undefined: imported, not exported
-            }
-            let name = r.cstr(
-                strtab.offset as usize + name_off,
-                (strtab.size as usize).saturating_sub(name_off),
-            )?;
-            self.symbols.push(Symbol {
-                name,
-                kind: st_info & 0xf,
-                size,
-            });
-        }
-        Ok(())
-    }
-}
-
-const SHT_DYNAMIC: u32 = 6;
-const SHT_DYNSYM: u32 = 11;
-const DT_NEEDED: i64 = 1;
-const DT_SONAME: i64 = 14;
-const DT_RPATH: i64 = 15;
-const DT_RUNPATH: i64 = 29;
-
-struct Section {
-    kind: u32,
-    offset: u64,
-    size: u64,
-    link: u32,
-    entsize: u64,
-}
-
-impl Section {
-    fn read(r: &Reader<'_>, at: usize) -> Result<Self, ElfError> {
-        let s = Self {
-            kind: r.u32(at + 4)?,
-            offset: r.u64(at + 24)?,
-            size: r.u64(at + 32)?,
-            link: r.u32(at + 40)?,
-            entsize: r.u64(at + 56)?,
-        };
-        // SHT_NOBITS (8) occupies no file space; others must lie inside the file.
-        if s.kind != 8 && s.offset.saturating_add(s.size) > r.0.len() as u64 {
-            return Err(ElfError(
-                "a section extends past the end of the file".into(),
-            ));
-        }
-        Ok(s)
-    }
-}
-
-/// Bounds-checked little-endian reads.
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn bytes<const N: usize>(&self, at: usize) -> Result<[u8; N], ElfError> {
-        self.0
-            .get(at..at.saturating_add(N))
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| ElfError(format!("truncated file (read at offset {at})")))
-    }
-    fn u8(&self, at: usize) -> Result<u8, ElfError> {
-        Ok(self.bytes::<1>(at)?[0])
-    }
-    fn u16(&self, at: usize) -> Result<u16, ElfError> {
-        Ok(u16::from_le_bytes(self.bytes(at)?))
-    }
-    fn u32(&self, at: usize) -> Result<u32, ElfError> {
-        Ok(u32::from_le_bytes(self.bytes(at)?))
-    }
-    fn u64(&self, at: usize) -> Result<u64, ElfError> {
-        Ok(u64::from_le_bytes(self.bytes(at)?))
-    }
-    /// A NUL-terminated string at `at`, at most `max` bytes long.
-    fn cstr(&self, at: usize, max: usize) -> Result<String, ElfError> {
-        let tail = self
-            .0
-            .get(at..)
-            .ok_or_else(|| ElfError(format!("string offset {at} out of range")))?;
-        let tail = &tail[..tail.len().min(max)];
-        let end = tail
+    // Intact section headers give the symbol table the linker wrote; when they are
+    // missing or cut, read it the way ld.so does.
+    let from_sections = header
+        .sections(endian, data)
+        .and_then(|s| s.symbols(endian, data, elf::SHT_DYNSYM))
+        .ok()
+        .filter(|t| !t.is_empty());
+    info.symbols = match (from_sections, &dynamic) {
+        (Some(table), _) => table
             .iter()
-            .position(|&b| b == 0)
-            .ok_or_else(|| ElfError(format!("unterminated string at offset {at}")))?;
-        Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
-    }
+            .skip(1)
+            .filter(|s| s.st_shndx(endian) != elf::SHN_UNDEF)
+            .map(|s| {
+                let name = s
+                    .name(endian, table.strings())
+                    .map_err(|e| ElfError(format!("bad .dynsym name: {e}")))?;
+                Ok(Symbol {
+                    name: String::from_utf8_lossy(name).into_owned(),
+                    kind: s.st_type(),
+                    size: s.st_size(endian).into(),
+                })
+            })
+            .collect::<Result<_, ElfError>>()?,
+        (None, Some(d)) => d.symbols()?,
+        (None, None) => Vec::new(),
+    };
+    Ok(info)
 }
 
 #[cfg(test)]
@@ -280,34 +201,84 @@ mod tests {
         );
     }
 
+    /// libc's bytes.
+    fn libc() -> Vec<u8> {
+        let lib = cclkit_host::Library::open(Some("libc.so.6")).expect("libc");
+        file::read_regular(lib.path().expect("path")).expect("read")
+    }
+
+    fn names(info: &ElfInfo) -> Vec<(String, u8, u64)> {
+        let mut v: Vec<_> = info
+            .symbols
+            .iter()
+            .map(|s| (s.name.clone(), s.kind, s.size))
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
-    fn rejects_what_it_cannot_read() {
+    fn other_classes_byte_orders_and_machines_are_read_not_refused() {
         assert!(
             ElfInfo::parse(b"hello")
                 .unwrap_err()
                 .0
                 .contains("not an ELF")
         );
-        let mut hdr = vec![0u8; 64];
-        hdr[..4].copy_from_slice(b"\x7fELF");
-        hdr[4] = 1;
-        assert!(ElfInfo::parse(&hdr).unwrap_err().0.contains("32-bit"));
-        hdr[4] = 2;
-        hdr[5] = 2;
-        assert!(ElfInfo::parse(&hdr).unwrap_err().0.contains("big-endian"));
-        hdr[5] = 1;
-        assert!(
-            ElfInfo::parse(&hdr)
-                .unwrap_err()
-                .0
-                .contains("section headers")
-        );
+        // A bare 32-bit big-endian PowerPC header: no segments, no sections.
+        let mut h = vec![0u8; 52];
+        h[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 1, 2, 1]);
+        h[16..18].copy_from_slice(&3u16.to_be_bytes()); // ET_DYN
+        h[18..20].copy_from_slice(&20u16.to_be_bytes()); // EM_PPC
+        h[20..24].copy_from_slice(&1u32.to_be_bytes());
+        h[40..42].copy_from_slice(&52u16.to_be_bytes());
+        let info = ElfInfo::parse(&h).expect("32-bit big-endian");
+        assert_eq!((info.machine, info.bits, info.big_endian), (20, 32, true));
+        assert!(info.symbols.is_empty());
+        assert_eq!(machine_name(info.machine), "machine 20");
+        assert_eq!(machine_name(62), "x86_64");
+    }
+
+    #[test]
+    fn symbols_come_from_pt_dynamic_when_section_headers_are_gone_or_cut() {
+        let data = libc();
+        let whole = ElfInfo::parse(&data).expect("libc");
+        assert!(whole.symbols.len() > 1000);
+        // Section header table removed (e_shoff = 0, e_shnum = 0), as sstrip does.
+        let mut stripped = data.clone();
+        stripped[0x28..0x30].fill(0);
+        stripped[0x3c..0x3e].fill(0);
+        let info = ElfInfo::parse(&stripped).expect("without section headers");
+        assert_eq!(names(&info), names(&whole));
+        assert_eq!(info.soname, whole.soname);
+        assert_eq!(info.needed, whole.needed);
+        // File cut after its last loadable byte: the section headers at the end are
+        // gone, and ld.so would still load what remains.
+        let end = last_loaded_byte(&data);
+        assert!(end < data.len(), "libc has nothing after its segments");
+        let info = ElfInfo::parse(&data[..end]).expect("cut after the segments");
+        assert_eq!(names(&info), names(&whole));
+    }
+
+    /// The end of the furthest `PT_LOAD` file range of a 64-bit little-endian file.
+    fn last_loaded_byte(data: &[u8]) -> usize {
+        let u = |at: usize, n: usize| {
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(&data[at..at + n]);
+            u64::from_le_bytes(b) as usize
+        };
+        let (phoff, phentsize, phnum) = (u(0x20, 8), u(0x36, 2), u(0x38, 2));
+        (0..phnum)
+            .map(|i| phoff + i * phentsize)
+            .filter(|&p| u(p, 4) == 1)
+            .map(|p| u(p + 8, 8) + u(p + 32, 8))
+            .max()
+            .unwrap_or(data.len())
     }
 
     #[test]
     fn truncated_files_are_errors_not_panics() {
-        let lib = cclkit_host::Library::open(Some("libc.so.6")).expect("libc");
-        let data = std::fs::read(lib.path().expect("path")).expect("read");
+        let data = libc();
         for cut in [64, 1000, data.len() / 2, data.len() - 1] {
             let _ = ElfInfo::parse(&data[..cut]);
         }

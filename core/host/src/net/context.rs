@@ -58,9 +58,10 @@ impl NetContext {
         match init {
             Init::V11(f) => {
                 let mark = logger::warn_mark();
+                let prof = crate::profiler::callback::active();
                 // SAFETY: v11+ `init(ctx, commId, config, logger, profiler)` with valid
                 // out-pointer and config; the profiler callback may be NULL.
-                let rc = unsafe { f(&mut ctx, comm_id, &mut raw_config, logger::logger(), None) };
+                let rc = unsafe { f(&mut ctx, comm_id, &mut raw_config, logger::logger(), prof) };
                 s.check("init", mark, rc)?;
                 if let Err(e) = completed(s) {
                     // net.cc `ncclNetPluginInit`: a plugin that fails after its `init`
@@ -253,7 +254,7 @@ fn legacy_acquire(plugin: &NetPlugin, init: Init) -> Result<(), NetError> {
             // SAFETY: pre-v11 `init(logger[, profiler])`; the profiler may be NULL.
             Init::V6(f) => unsafe { f(logger::logger()) },
             // SAFETY: as above.
-            Init::V10(f) => unsafe { f(logger::logger(), None) },
+            Init::V10(f) => unsafe { f(logger::logger(), crate::profiler::callback::active()) },
             Init::V11(_) => return Ok(()),
         };
         s.check("init", mark, rc)?;

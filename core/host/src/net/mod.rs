@@ -24,6 +24,9 @@
 //!   one comm is never called from two threads at once (NCCL's contract).
 //! * **Errors** are [`NetError`]s: the raw `ncclResult_t`, the call, the plugin's name
 //!   and version, and the last WARN the plugin logged on this thread.
+//! * **Pinned tables.** NCCL always takes a library's newest table; a plugin's own
+//!   tests drive each table they export with [`NetPlugin::from_static`] (a table linked
+//!   into the test, any version) or [`NetPlugin::load_version`] (one table of a `.so`).
 //!
 //! Trust: a plugin is foreign code running in this process. The adapters check what
 //! can be checked (NULL slots, sizes, overruns, sentinel misuse), but a plugin that
@@ -131,7 +134,9 @@ impl NetPlugin {
     /// The built-in fallback transport, driven through its exported v12 table exactly
     /// like an external plugin; `None` until one is installed.
     pub fn builtin() -> Option<Self> {
-        BUILTIN.get().map(|table| Self::from_static_v12(table, true))
+        BUILTIN
+            .get()
+            .map(|table| Self::from_static_v12(table, true))
     }
 
     /// A plugin whose v12 table is linked into this program (in-process Rust plugins).

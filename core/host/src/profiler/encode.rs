@@ -7,7 +7,7 @@
 //! are looked up in NCCL's enums. An event kind a version cannot express is not
 //! encoded (`None`), so it never reaches that profiler.
 
-use std::ffi::{CString, c_char, c_int, c_void};
+use std::ffi::{CString, c_char, c_void};
 use std::ptr::null;
 
 use cclkit_abi::profiler::{Event, EventKind};
@@ -81,7 +81,7 @@ macro_rules! proxy_members {
                     peer: p.peer,
                     nSteps: p.n_steps,
                     chunkSize: p.chunk_size,
-                    isSend: c_int::from(p.is_send),
+                    isSend: i32::from(p.is_send),
                 };
                 Some(())
             }
@@ -261,4 +261,3 @@ pub fn v4(ev: &Event<'_>, p: Parents, sc: &mut Scratch) -> Option<v4::ncclProfil
     }
     Some(d)
 }
-

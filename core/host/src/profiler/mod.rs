@@ -8,9 +8,10 @@
 //!   library: [`ProfilerPlugin::load_with`] takes that library as a fallback.
 //! * Versions: the newest exported table wins (v7, then v6 … v1).
 //! * Per communicator, [`ProfilerContext::init`] passes the version's `init`
-//!   arguments and keeps the activation mask the profiler wrote; an event whose bit
-//!   is not in the mask is never started (its handle is NULL), which the caller
-//!   treats like a profiler that declined the event.
+//!   arguments and keeps the activation mask the profiler wrote. As in NCCL, an
+//!   event is started when its own bit or a descendant's is in the mask
+//!   ([`activated_by`]); otherwise its handle is NULL, which the caller treats like
+//!   a profiler that declined the event.
 //! * Events are typed [`Event`](cclkit_abi::profiler::Event)s encoded into the
 //!   version's descriptor; states a version does not know are not sent to it.
 //! * A NULL handle is legal everywhere: stopping or recording on it is a no-op.
@@ -28,7 +29,7 @@ pub mod encode;
 pub mod encode_api;
 pub mod table;
 
-pub use context::{EventHandle, InitArgs, ProfilerContext, ProfilerError};
+pub use context::{EventHandle, InitArgs, ProfilerContext, ProfilerError, activated_by};
 pub use encode::Parents;
 use table::RawProfiler;
 
@@ -93,7 +94,10 @@ impl std::fmt::Display for LoadOutcome {
                 Ok(())
             }
             LoadOutcome::Unsupported { library, reason } => {
-                write!(f, "external profiler plugin {library} is unsupported: {reason}")
+                write!(
+                    f,
+                    "external profiler plugin {library} is unsupported: {reason}"
+                )
             }
         }
     }
@@ -107,7 +111,10 @@ impl ProfilerPlugin {
 
     /// Loads the profiler for a value of `NCCL_PROFILER_PLUGIN`; when no candidate
     /// opens, looks inside `net_library` (NCCL's fallback to the net plugin's file).
-    pub fn load_with(value: Option<&str>, net_library: Option<&Library>) -> Result<Self, LoadOutcome> {
+    pub fn load_with(
+        value: Option<&str>,
+        net_library: Option<&Library>,
+    ) -> Result<Self, LoadOutcome> {
         let names = candidates(value);
         if names.is_empty() {
             return Err(LoadOutcome::Disabled);
@@ -120,9 +127,10 @@ impl ProfilerPlugin {
                     opened = Some(lib);
                     break;
                 }
-                Err(OpenError { message, .. }) => {
-                    tries.push((n.clone().unwrap_or_else(|| "(main program)".into()), message))
-                }
+                Err(OpenError { message, .. }) => tries.push((
+                    n.clone().unwrap_or_else(|| "(main program)".into()),
+                    message,
+                )),
             }
         }
         let lib = match (opened, net_library) {

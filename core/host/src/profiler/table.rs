@@ -64,7 +64,7 @@ impl RawProfiler {
     /// The table, borrowed for as long as this value (whose owner keeps the library
     /// loaded).
     pub fn get(&self) -> ProfilerRef<'_> {
-        // SAFETY (every arm): the pointer came from `find` or a `'static` table and
+        // SAFETY: (every arm) the pointer came from `find` or a `'static` table and
         // points to a live table of this version while the owner of this value lives.
         unsafe {
             match *self {

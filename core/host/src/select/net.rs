@@ -334,15 +334,15 @@ impl NetRegistry {
                 // which clears NCCL's record of it.
                 *self.net_library.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 Err(Origin {
-                kind: PluginKind::Net,
-                entry: &slot.label,
-                opens: &opened.opens,
-                path,
-                rule: Some(opened.rule),
-                at,
-                name: None,
-            }
-            .error(cause))
+                    kind: PluginKind::Net,
+                    entry: &slot.label,
+                    opens: &opened.opens,
+                    path,
+                    rule: Some(opened.rule),
+                    at,
+                    name: None,
+                }
+                .error(cause))
             }
         }
     }

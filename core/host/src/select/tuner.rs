@@ -227,8 +227,7 @@ impl TunerRegistry {
                         Outcome::Selected(_) => false,
                     })
                     .or(attempts.last());
-                if let Some(Outcome::Failed(e) | Outcome::Skipped(e)) = reason.map(|a| &a.outcome)
-                {
+                if let Some(Outcome::Failed(e) | Outcome::Skipped(e)) = reason.map(|a| &a.outcome) {
                     *state = State::Failed {
                         error: e.clone(),
                         failure: attempts.iter().any(Attempt::is_failure),

@@ -7,6 +7,7 @@ use cclkit_abi::raw::common::{
 };
 
 use super::table::TunerRef;
+use cclkit_abi::raw::tuner::ncclTunerConstants_v7_t;
 use super::{NvlDomainInfo, TunerConstants, TunerError, TunerPlugin};
 use crate::guard::guarded;
 use crate::logger;
@@ -68,6 +69,15 @@ impl TunerContext {
                 mark,
             )?,
             TunerRef::V6(t) => v5_init(
+                s,
+                t.init,
+                (n_ranks, n_nodes, comm_id),
+                nvl,
+                constants,
+                &mut ctx,
+                mark,
+            )?,
+            TunerRef::V7(t) => v7_init(
                 s,
                 t.init,
                 (n_ranks, n_nodes, comm_id),
@@ -173,6 +183,19 @@ impl TunerContext {
                             &mut nch,
                         )
                     }),
+                    TunerRef::V7(t) => t.getCollInfo.map(|f| {
+                        f(
+                            ctx,
+                            func,
+                            n_bytes,
+                            num_pipe_ops,
+                            as_pp,
+                            na,
+                            np,
+                            reg_buff as c_int,
+                            &mut nch,
+                        )
+                    }),
                 }
             })
         };
@@ -218,6 +241,7 @@ impl TunerContext {
         let s = &self.plugin.shared;
         let f = match s.raw.get() {
             TunerRef::V6(t) => t.getChunkSize,
+            TunerRef::V7(t) => t.getChunkSize,
             _ => None,
         };
         let Some(f) = f else { return Ok(false) };
@@ -262,6 +286,7 @@ impl TunerContext {
             TunerRef::V4(t) => ("destroy", t.destroy),
             TunerRef::V5(t) => ("finalize", t.finalize),
             TunerRef::V6(t) => ("finalize", t.finalize),
+            TunerRef::V7(t) => ("finalize", t.finalize),
         };
         let f = f.ok_or_else(|| s.refuse(call, "NULL finalize"))?;
         // SAFETY: `destroy(ctx)`/`finalize(ctx)` once, with the context `init` returned.
@@ -280,6 +305,7 @@ impl Drop for TunerContext {
 
 type InitV2Fn = crate::FnOf<cclkit_abi::raw::tuner::InitV2>;
 type InitV5Fn = crate::FnOf<cclkit_abi::raw::tuner::InitV5>;
+type InitV7Fn = crate::FnOf<cclkit_abi::raw::tuner::InitV7>;
 
 fn v2_init(
     s: &super::TunerShared,
@@ -326,6 +352,42 @@ fn v5_init(
     }
     s.check("init", mark, rc)?;
     *constants = value;
+    Ok(())
+}
+
+/// v7 `init`: the host's (v5-shaped) constants widened to NCCL's v7 struct (1272
+/// bytes, a fifth GPU-generation row NCCL 2.30 has no values for: 0), canary-guarded
+/// like v5; what the tuner writes to the first four rows comes back to `constants`.
+fn v7_init(
+    s: &super::TunerShared,
+    init: Option<InitV7Fn>,
+    (n_ranks, n_nodes, comm_id): (usize, usize, u64),
+    nvl: NvlDomainInfo,
+    constants: &mut TunerConstants,
+    ctx: &mut *mut c_void,
+    mark: u64,
+) -> Result<(), TunerError> {
+    let f = init.ok_or_else(|| s.refuse("init", "NULL init"))?;
+    let mut nvl = nvl;
+    let log = logger::logger();
+    let mut wide = ncclTunerConstants_v7_t::nccl_defaults();
+    wide.update_from_v5(constants);
+    // SAFETY: the v7 constants struct is 1272 bytes of f64 (any bit pattern is valid);
+    // v7 `init(&ctx, commId, nRanks, nNodes, logger, &nvl, constants)` with valid
+    // pointers for the duration of the call.
+    let (value, rc, overrun) = unsafe {
+        guarded(&wide, |c| {
+            f(ctx, comm_id, n_ranks, n_nodes, log, &mut nvl, c)
+        })
+    };
+    if let Some(o) = overrun {
+        return Err(s.refuse(
+            "init",
+            format!("the tuner {o} (ncclTunerConstants_v7_t is 1272 bytes)"),
+        ));
+    }
+    s.check("init", mark, rc)?;
+    *constants = value.to_v5();
     Ok(())
 }
 

@@ -109,7 +109,11 @@ impl TunerPlugin {
 
     /// True if the table has `getChunkSize` (v6, optional).
     pub fn has_chunk_size(&self) -> bool {
-        matches!(self.shared.raw.get(), table::TunerRef::V6(t) if t.getChunkSize.is_some())
+        match self.shared.raw.get() {
+            table::TunerRef::V6(t) => t.getChunkSize.is_some(),
+            table::TunerRef::V7(t) => t.getChunkSize.is_some(),
+            _ => false,
+        }
     }
 
     /// Initialises the tuner for one communicator (see [`TunerContext`]).

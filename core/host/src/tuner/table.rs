@@ -1,10 +1,10 @@
-//! A pointer to whichever `ncclTuner_vN_t` (v1–v6) a plugin exports.
+//! A pointer to whichever `ncclTuner_vN_t` (v1–v7) a plugin exports.
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 
 use cclkit_abi::raw::tuner::{
-    ncclTuner_v1_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t,
+    ncclTuner_v1_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t, ncclTuner_v7_t,
 };
 
 use super::super::error::Cause;
@@ -26,6 +26,8 @@ pub enum RawTuner {
     V5(NonNull<ncclTuner_v5_t>),
     /// ABI version 6.
     V6(NonNull<ncclTuner_v6_t>),
+    /// ABI version 7 (NCCL source after 2.31).
+    V7(NonNull<ncclTuner_v7_t>),
 }
 
 // SAFETY: a `RawTuner` only points at an immutable table inside a library that its
@@ -49,6 +51,8 @@ pub enum TunerRef<'a> {
     V5(&'a ncclTuner_v5_t),
     /// ABI version 6.
     V6(&'a ncclTuner_v6_t),
+    /// ABI version 7.
+    V7(&'a ncclTuner_v7_t),
 }
 
 impl RawTuner {
@@ -70,6 +74,8 @@ impl RawTuner {
             RawTuner::V5(p) => TunerRef::V5(unsafe { p.as_ref() }),
             // SAFETY: see above.
             RawTuner::V6(p) => TunerRef::V6(unsafe { p.as_ref() }),
+            // SAFETY: see above.
+            RawTuner::V7(p) => TunerRef::V7(unsafe { p.as_ref() }),
         }
     }
 
@@ -82,6 +88,7 @@ impl RawTuner {
             RawTuner::V4(_) => 4,
             RawTuner::V5(_) => 5,
             RawTuner::V6(_) => 6,
+            RawTuner::V7(_) => 7,
         }
     }
 
@@ -94,6 +101,7 @@ impl RawTuner {
             TunerRef::V4(t) => t.name,
             TunerRef::V5(t) => t.name,
             TunerRef::V6(t) => t.name,
+            TunerRef::V7(t) => t.name,
         };
         if p.is_null() {
             return None;
@@ -132,6 +140,11 @@ impl RawTuner {
                 t.finalize.is_some(),
             ),
             TunerRef::V6(t) => (
+                t.init.is_some(),
+                t.getCollInfo.is_some(),
+                t.finalize.is_some(),
+            ),
+            TunerRef::V7(t) => (
                 t.init.is_some(),
                 t.getCollInfo.is_some(),
                 t.finalize.is_some(),
@@ -202,6 +215,7 @@ fn from_addr(addr: NonNull<c_void>, version: u32) -> Option<RawTuner> {
         4 => RawTuner::V4(addr.cast()),
         5 => RawTuner::V5(addr.cast()),
         6 => RawTuner::V6(addr.cast()),
+        7 => RawTuner::V7(addr.cast()),
         _ => return None,
     })
 }

@@ -1,6 +1,7 @@
 //! Test helpers: loader configurations and captured logs; C plugins built at test
 //! time and packaged Rust plugins come from `cclkit_tests`.
-#![allow(dead_code)]
+// Each test binary uses its own subset of these helpers and re-exports.
+#![allow(dead_code, unused_imports)]
 
 use std::sync::{Arc, Mutex};
 

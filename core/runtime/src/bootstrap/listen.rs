@@ -123,7 +123,11 @@ fn accept_loop(l: TcpListener, s: Arc<Shared>, tx: mpsc::Sender<Incoming>) {
         };
         if s.pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING {
             s.pending.fetch_sub(1, Ordering::SeqCst);
-            stray(&s, peer, &format!("more than {MAX_PENDING} connections pending"));
+            stray(
+                &s,
+                peer,
+                &format!("more than {MAX_PENDING} connections pending"),
+            );
             continue;
         }
         let (s2, tx2) = (s.clone(), tx.clone());
@@ -159,7 +163,11 @@ fn read_one(mut stream: TcpStream, peer: SocketAddr, s: &Shared) -> Option<Incom
     while got < HEADER {
         match stream.read(&mut h[got..]) {
             Ok(0) => {
-                stray(s, peer, &format!("closed after {got} of {HEADER} header bytes"));
+                stray(
+                    s,
+                    peer,
+                    &format!("closed after {got} of {HEADER} header bytes"),
+                );
                 return None;
             }
             Ok(n) => got += n,
@@ -189,7 +197,9 @@ fn read_one(mut stream: TcpStream, peer: SocketAddr, s: &Shared) -> Option<Incom
     let _ = stream.set_read_timeout(Some(s.payload_timeout.max(HEADER_DEADLINE)));
     // Grown as bytes arrive: a header that merely claims a large payload costs nothing.
     let mut payload = Vec::with_capacity(head.len.min(64 << 10));
-    let read = (&mut stream).take(head.len as u64).read_to_end(&mut payload);
+    let read = (&mut stream)
+        .take(head.len as u64)
+        .read_to_end(&mut payload);
     if read.is_err() || payload.len() != head.len {
         stray(
             s,

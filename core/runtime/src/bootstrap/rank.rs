@@ -53,8 +53,13 @@ impl Bootstrap {
         let me = listener
             .local_addr()
             .map_err(|e| Error::io("bootstrap listen", e))?;
-        let listener =
-            Listener::start(listener, format!("rank {rank}: bootstrap listener {me}"), id.magic, Kind::Data, timeout)?;
+        let listener = Listener::start(
+            listener,
+            format!("rank {rank}: bootstrap listener {me}"),
+            id.magic,
+            Kind::Data,
+            timeout,
+        )?;
 
         let what = format!("rank {rank}: bootstrap root {}", id.root);
         let mut root = connect_until(id.root, deadline, &what)?;
@@ -163,7 +168,9 @@ impl Bootstrap {
             let Some(inc) = self.listener.next(deadline) else {
                 let strays = match self.listener.strays() {
                     0 => String::new(),
-                    n => format!(" ({n} stray connection(s) were dropped meanwhile, not from rank {peer})"),
+                    n => format!(
+                        " ({n} stray connection(s) were dropped meanwhile, not from rank {peer})"
+                    ),
                 };
                 return Err(Error::timeout(format!(
                     "rank {}: timed out after {:?} waiting for a bootstrap message from rank {peer} (is it alive?){strays}",

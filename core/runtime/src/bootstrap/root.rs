@@ -121,7 +121,12 @@ fn hello_nranks(payload: &[u8], rank: u32) -> std::result::Result<usize, String>
     Ok(n)
 }
 
-pub(super) fn gather(listener: &Listener, magic: u64, timeout: Duration, stop: &AtomicBool) -> Result<()> {
+pub(super) fn gather(
+    listener: &Listener,
+    magic: u64,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut nranks: Option<usize> = None;
     let mut joined: Joined = Vec::new();

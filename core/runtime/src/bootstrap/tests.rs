@@ -91,8 +91,7 @@ fn wrong_magic_is_rejected_not_matched() {
 fn nranks_mismatch_is_reported_to_ranks() {
     let (id, root) = local_root(Duration::from_secs(10));
     // Whichever arrives first sets nranks; both must hear about the mismatch.
-    let a =
-        std::thread::spawn(move || Bootstrap::init(&id, 0, 3, Duration::from_secs(10)).err());
+    let a = std::thread::spawn(move || Bootstrap::init(&id, 0, 3, Duration::from_secs(10)).err());
     let b = Bootstrap::init(&id, 1, 2, Duration::from_secs(10))
         .err()
         .unwrap();
@@ -144,7 +143,7 @@ fn silent_short_and_foreign_connections_cost_at_most_the_header_deadline() {
 }
 
 /// The header deadline plus room for a loaded machine.
-const HEADER_DEADLINE_SLACK: Duration = Duration::from_secs(listen::HEADER_DEADLINE.as_secs() + 2);
+const HEADER_DEADLINE_SLACK: Duration = Duration::from_secs(listen::HEADER_DEADLINE.as_secs() + 6);
 
 #[test]
 fn a_flood_of_silent_connections_does_not_stall_the_job() {

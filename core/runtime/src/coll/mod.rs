@@ -8,7 +8,9 @@
 //! In-place layouts are NCCL's: AllGather's input is its own slot of the output,
 //! ReduceScatter's output is its own slot of the input.
 
+use crate::profile::{CollInfo, GroupEvents};
 use cclkit_abi::raw::common::{Algorithm, DataType, Func, RedOp};
+use cclkit_host::profiler::EventHandle;
 
 use super::comm::Comm;
 use super::error::{Error, Result};
@@ -304,10 +306,22 @@ impl<'c, 'b> CollGroup<'c, 'b> {
         let n = comm.nranks();
         let shape = comm.shape();
         let mut decisions = Vec::with_capacity(self.ops.len());
+        // Profiler: the group's API events now, each Coll once it is planned.
+        let mut prof = comm
+            .profile()
+            .ctx()
+            .map(|c| GroupEvents::begin(c, comm.rank()));
+        if let Some(g) = prof.as_mut() {
+            for d in &self.ops {
+                g.coll_api(d.func, d.bytes / elem(d.dtype)?, d.dtype, d.root);
+            }
+            g.enqueue();
+        }
+        let mut tasks: Vec<EventHandle> = Vec::new();
         // Runs of consecutive ops with one protocol (and kind) become one batch.
         let mut pending: Vec<(Plan, OpRef)> = Vec::new();
         let mut pending_key = None;
-        for d in &self.ops {
+        for (i, d) in self.ops.iter().enumerate() {
             // A second part of the same operation, run right after it (same channel).
             let mut extra: Option<(Plan, cclkit_kernels::Reduction)> = None;
             let red = comm.reduction(d.dtype, d.op)?;
@@ -389,18 +403,25 @@ impl<'c, 'b> CollGroup<'c, 'b> {
             let key = (dec.proto, p2p);
             if pending_key.is_some_and(|k| k != key) {
                 let (proto, was_p2p) = pending_key.unwrap_or(key);
-                comm.run(std::mem::take(&mut pending), proto, was_p2p)?;
+                let t = std::mem::take(&mut tasks);
+                comm.run_profiled(std::mem::take(&mut pending), proto, was_p2p, &t)?;
             }
             pending_key = Some(key);
+            let task = prof.as_mut().map_or(EventHandle::NULL, |g| {
+                g.coll(i, CollInfo::of(comm, d.func, &d.bufs, d.root, &dec))
+            });
             pending.push((plan, OpRef { bufs: d.bufs, red }));
+            tasks.push(task);
             if let Some((plan, red)) = extra.take() {
                 pending.push((plan, OpRef { bufs: d.bufs, red }));
+                tasks.push(task);
             }
             decisions.push(dec);
         }
         if let Some((proto, p2p)) = pending_key {
-            comm.run(pending, proto, p2p)?;
+            comm.run_profiled(pending, proto, p2p, &tasks)?;
         }
+        drop(prof);
         Ok(decisions)
     }
 }

@@ -52,6 +52,7 @@ impl Comm {
             Some(r) => r,
             None => NetRegistry::global(),
         };
+        crate::profile::preload();
         let local = LocalNet::select(registry, config, comm_id(id), rank)?;
         let (peers, limits) = exchange_peers(&boot, &local, rank, nranks)?;
         check_same_plugin(&peers, rank)?;
@@ -74,11 +75,11 @@ impl Comm {
             ProtoParams::new(Protocol::LL128, &env)?,
             ProtoParams::new(Protocol::SIMPLE, &env)?,
         ];
-        let tuning =
-            Self::tuning_for(config, registry, &peers, &ring, comm_id(id), &devices)?;
+        let tuning = Self::tuning_for(config, registry, &peers, &ring, comm_id(id), &devices)?;
         let gpu_pci = device.gpu_pci_path();
         let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
         let proxy = Proxy::start_on(rank, device.compute()?)?;
+        let profile = crate::profile::Profile::init(comm_id(id), ring.hosts, nranks, rank);
         let comm = Self {
             rank,
             nranks,
@@ -100,6 +101,7 @@ impl Comm {
             places,
             proxy,
             net,
+            profile,
         };
         comm.connect_collective_links()?;
         if rank == 0 {

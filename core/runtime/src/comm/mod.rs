@@ -59,6 +59,8 @@ pub struct Comm {
     // Dropped in this order: the engine (closing connections) before the plugin context.
     proxy: Proxy,
     net: NetContext,
+    /// The profiler context; dropped (finalized) after the engine's last event.
+    profile: crate::profile::Profile,
 }
 
 /// The plugin a communicator runs on, as every rank reported it.
@@ -98,6 +100,11 @@ impl Comm {
     /// Where this communicator's buffers live.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The profiler state (one branch when no profiler is loaded).
+    pub(crate) fn profile(&self) -> &crate::profile::Profile {
+        &self.profile
     }
 
     /// The tuning state (decisions, the tuner in use, the report).
@@ -178,8 +185,15 @@ impl Comm {
         Ok(())
     }
 
-    /// Runs per-operation plans as one batch with protocol `proto`.
-    pub(crate) fn run(&self, plans: Vec<(Plan, OpRef)>, proto: Protocol, p2p: bool) -> Result<()> {
+    /// Runs per-operation plans as one batch with protocol `proto`; `tasks[i]` is the
+    /// profiler's Coll/P2p event of plan `i` (empty without a profiler).
+    pub(crate) fn run_profiled(
+        &self,
+        plans: Vec<(Plan, OpRef)>,
+        proto: Protocol,
+        p2p: bool,
+        tasks: &[cclkit_host::profiler::EventHandle],
+    ) -> Result<()> {
         let params = self.params[super::fifo::proto_index(proto)];
         let nch = plans.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
         let mut channels: Vec<Vec<Step>> = vec![Vec::new(); nch];
@@ -238,8 +252,13 @@ impl Comm {
         } else {
             1
         };
+        let prof = self
+            .profile
+            .ctx()
+            .map(|c| crate::profile::BatchEvents::new(c, self.rank, &channels, tasks, slice));
         self.proxy.run(
             Batch {
+                prof,
                 channels,
                 ops,
                 params,

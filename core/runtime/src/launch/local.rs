@@ -108,6 +108,9 @@ struct Seen {
     ready: bool,
     result: Option<i32>,
     last_line: Option<String>,
+    /// The report pipe and stderr reached their end (the rank closed them).
+    reports_done: bool,
+    stderr_done: bool,
 }
 
 /// Runs `np` copies of `program args` on this host as ranks 0…np-1 (cclkit's `--np`).
@@ -198,10 +201,16 @@ fn spawn_rank(
                 _ => {}
             }
         }
+        s.lock().unwrap_or_else(|p| p.into_inner()).reports_done = true;
     });
     if let Some(err) = child.stderr.take() {
         let s = state.clone();
-        std::thread::spawn(move || forward_stderr(err, &s));
+        std::thread::spawn(move || {
+            forward_stderr(err, &s);
+            s.lock().unwrap_or_else(|p| p.into_inner()).stderr_done = true;
+        });
+    } else {
+        state.lock().unwrap_or_else(|p| p.into_inner()).stderr_done = true;
     }
     Ok(Running { child, state })
 }
@@ -249,8 +258,19 @@ fn supervise(mut ranks: Vec<Running>, o: &LocalOptions, join_by: Instant) -> Vec
             let Ok(Some(status)) = r.child.try_wait() else {
                 continue;
             };
-            // The stderr forwarder may still hold the last lines: let it drain.
-            std::thread::sleep(Duration::from_millis(20));
+            // Its last reports and stderr lines may still be in flight: wait for both
+            // pipes to close (bounded: a process it left behind may hold them; a rank
+            // this launcher killed has nothing more to say).
+            let wait = if killed[rank] { 0 } else { 2000 };
+            let drained = Instant::now() + Duration::from_millis(wait);
+            while Instant::now() < drained
+                && !r
+                    .state
+                    .lock()
+                    .is_ok_and(|s| s.reports_done && s.stderr_done)
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
             let seen = r.state.lock().unwrap_or_else(|p| p.into_inner());
             let note = if hung.contains(&rank) {
                 Some(format!(
@@ -258,7 +278,10 @@ fn supervise(mut ranks: Vec<Running>, o: &LocalOptions, join_by: Instant) -> Vec
                     join_limit(o.timeout)
                 ))
             } else if status.success() && !seen.ready {
-                Some("exited 0 without joining its communicator (did a plugin end the process?)".into())
+                Some(
+                    "exited 0 without joining its communicator (did a plugin end the process?)"
+                        .into(),
+                )
             } else if status.success() && o.require_result && seen.result.is_none() {
                 Some("exited 0 without reporting a result (did a plugin end the process?)".into())
             } else {
@@ -342,7 +365,10 @@ pub fn failures(exits: &[RankExit]) -> Option<String> {
     }
     parts.extend(failed.iter().skip(1).map(|e| how(e)));
     if !stopped.is_empty() {
-        parts.push(format!("the launcher stopped rank(s) {}", stopped.join(", ")));
+        parts.push(format!(
+            "the launcher stopped rank(s) {}",
+            stopped.join(", ")
+        ));
     }
     Some(parts.join("; "))
 }

@@ -11,8 +11,8 @@ use std::hash::{Hash, Hasher};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use super::bootstrap::{BootstrapRoot, UniqueId};
 pub use super::bootstrap::MAX_RANKS;
+use super::bootstrap::{BootstrapRoot, UniqueId};
 use super::error::{Error, Result};
 
 /// How this process's bootstrap id is obtained.
@@ -64,9 +64,7 @@ impl<F: Fn(&str) -> Option<String>> Env for F {
 
 fn num(env: &dyn Env, name: &str) -> Result<Option<usize>> {
     env.get(name)
-        .map(|v| {
-            crate::config::parse_count(name, &v, 0, u32::MAX.into()).map(|n| n as usize)
-        })
+        .map(|v| crate::config::parse_count(name, &v, 0, u32::MAX.into()).map(|n| n as usize))
         .transpose()
 }
 
@@ -366,7 +364,9 @@ pub fn establish(launch: &Launch, timeout: Duration) -> Result<(UniqueId, Option
 
 mod local;
 
-pub use local::{LocalOptions, REPORT_FD_ENV, RankExit, failures, report, run_local, run_local_with};
+pub use local::{
+    LocalOptions, REPORT_FD_ENV, RankExit, failures, report, run_local, run_local_with,
+};
 
 #[cfg(test)]
 mod tests {

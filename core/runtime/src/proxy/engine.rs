@@ -154,6 +154,9 @@ impl Engine {
                     }
                 }
                 sliced = true;
+                if let Some(ev) = &a.batch.prof {
+                    ev.slice_done(ch, pi, si);
+                }
                 let n = slices(step.prim.len, a.batch.slice);
                 a.cursor[ch] = if si + 1 >= n {
                     (pi + 1, 0)

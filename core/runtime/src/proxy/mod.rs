@@ -49,6 +49,8 @@ pub struct Batch {
     pub slice: usize,
     /// Group size of grouped receives on p2p links (1 = single receives).
     pub group: usize,
+    /// Profiler events of the batch (`None`: no profiler).
+    pub prof: Option<crate::profile::BatchEvents>,
 }
 
 /// Shared between the communicator's handle, the calling threads and the

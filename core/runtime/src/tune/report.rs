@@ -158,7 +158,13 @@ mod tests {
         let ring = d(Algorithm::RING, Protocol::SIMPLE);
         let mut r = Records::default();
         // The case: threshold 66000 inside the 64 KiB–128 KiB power-of-two class.
-        for (bytes, calls) in [(40_000, 3), (65_536, 44), (65_999, 2), (66_000, 5), (88_000, 39)] {
+        for (bytes, calls) in [
+            (40_000, 3),
+            (65_536, 44),
+            (65_999, 2),
+            (66_000, 5),
+            (88_000, 39),
+        ] {
             let pick = if bytes < 66_000 { tree } else { ring };
             for _ in 0..calls {
                 r.record(Func::ALL_REDUCE, bytes, pick);
@@ -173,7 +179,15 @@ mod tests {
         let got: Vec<(i32, i32, u64, usize, usize)> = r
             .entries()
             .iter()
-            .map(|e| (e.func.0, e.decision.algo.0, e.calls, e.min_bytes, e.max_bytes))
+            .map(|e| {
+                (
+                    e.func.0,
+                    e.decision.algo.0,
+                    e.calls,
+                    e.min_bytes,
+                    e.max_bytes,
+                )
+            })
             .collect();
         let (t, g) = (Algorithm::TREE.0, Algorithm::RING.0);
         let (ar, bc) = (Func::ALL_REDUCE.0, Func::BROADCAST.0);

@@ -5,7 +5,9 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::config::{Family, NameFilter};
+use cclkit_abi::sock::{interface_addresses, to_sockaddr};
+
+use crate::config::{Family, IfList};
 
 /// Starts a connect to `addr` without blocking; finish with [`connect_done`].
 pub fn connect_start(addr: SocketAddr) -> io::Result<TcpStream> {
@@ -26,7 +28,7 @@ pub fn connect_start(addr: SocketAddr) -> io::Result<TcpStream> {
     }
     // SAFETY: `fd` is a fresh socket we own.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let (storage, len) = sockaddr(addr);
+    let (storage, len) = to_sockaddr(&addr);
     // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
     let r = unsafe { libc::connect(fd, (&raw const storage).cast(), len) };
     if r != 0 {
@@ -59,41 +61,6 @@ pub fn connect_done(stream: &TcpStream) -> io::Result<bool> {
         Some(e) => Err(e),
         None => Ok(true),
     }
-}
-
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { (&raw mut storage).cast::<libc::sockaddr_in>().write(sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            unsafe { (&raw mut storage).cast::<libc::sockaddr_in6>().write(sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
 }
 
 /// Bytes still to write on a non-blocking socket.
@@ -141,48 +108,15 @@ pub fn read_until(stream: &mut TcpStream, buf: &mut Vec<u8>, want: usize) -> io:
 }
 
 /// Up interfaces with their addresses (IPv6 link-local skipped: they need a scope).
+/// A failing `getifaddrs` leaves no candidates, which `pick_address` reports.
 pub fn interfaces() -> Vec<(String, IpAddr)> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; the list is freed below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return out;
-    }
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` walks the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
-            continue;
-        }
-        // SAFETY: non-NULL interface names are C strings.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: `ifa_addr` is non-NULL; its family says which struct it is.
-        let ip = unsafe {
-            match i32::from((*ifa.ifa_addr).sa_family) {
-                libc::AF_INET => {
-                    let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
-                    Some(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
-                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-                }
-                _ => None,
-            }
-        };
-        match ip {
-            Some(IpAddr::V6(v6)) if v6.segments()[0] & 0xffc0 == 0xfe80 => {}
-            Some(ip) => out.push((name, ip)),
-            None => {}
-        }
-    }
-    // SAFETY: the list from getifaddrs, freed once.
-    unsafe { libc::freeifaddrs(head) };
-    out
+    interface_addresses()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| i.up)
+        .filter(|i| !matches!(i.addr, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
+        .map(|i| (i.name, i.addr))
+        .collect()
 }
 
 /// The side-channel address, chosen as NCCL chooses its IB interface address:
@@ -190,7 +124,7 @@ pub fn interfaces() -> Vec<(String, IpAddr)> {
 /// `lo`/`docker*`/`virbr*`, else loopback; IPv4 first unless `NCCL_SOCKET_FAMILY`.
 pub fn pick_address(
     ifs: &[(String, IpAddr)],
-    filter: &NameFilter,
+    filter: &IfList,
     family: Option<Family>,
 ) -> Option<(String, IpAddr)> {
     let fam_ok = |ip: &IpAddr| match family {
@@ -202,10 +136,7 @@ pub fn pick_address(
     // IPv4 before IPv6, stable otherwise.
     cands.sort_by_key(|(_, ip)| ip.is_ipv6());
     if !filter.is_empty() {
-        return cands
-            .into_iter()
-            .find(|(n, _)| filter.matches(n, None))
-            .cloned();
+        return cands.into_iter().find(|(n, _)| filter.selects(n)).cloned();
     }
     let virtual_if = |n: &str| n == "lo" || n.starts_with("docker") || n.starts_with("virbr");
     cands
@@ -234,7 +165,7 @@ mod tests {
             ("eth0".to_owned(), v4(2)),
             ("ib0".to_owned(), v4(3)),
         ];
-        let none = NameFilter::parse(None);
+        let none = IfList::parse("");
         assert_eq!(pick_address(&ifs, &none, None).unwrap().1, v4(3));
         assert_eq!(
             pick_address(&ifs[..4], &none, None).unwrap().1,
@@ -248,9 +179,16 @@ mod tests {
                 .is_ipv6()
         );
         assert_eq!(pick_address(&ifs[..2], &none, None).unwrap().0, "lo");
-        let only = NameFilter::parse(Some("docker"));
+        let only = IfList::parse("docker");
         assert_eq!(pick_address(&ifs, &only, None).unwrap().1, v4(1));
-        assert!(pick_address(&ifs, &NameFilter::parse(Some("=eth")), None).is_none());
+        assert!(pick_address(&ifs, &IfList::parse("=eth"), None).is_none());
+        assert_eq!(
+            pick_address(&ifs, &IfList::parse("^docker,ib,lo"), None)
+                .unwrap()
+                .1,
+            v4(2),
+            "an exclusion list picks among the rest"
+        );
         // This machine has at least loopback.
         assert!(!interfaces().is_empty());
     }

@@ -168,7 +168,7 @@ pub fn discover(cfg: &Config) -> Result<Vec<Found>> {
     for i in 0..list.len() {
         let Some(name) = list.name(i) else { continue };
         seen.push(name.clone());
-        if !cfg.hca.matches(&name, None) {
+        if !device_may_pass(&cfg.hca, &name) {
             continue;
         }
         match open_ports(&list, i, &name, cfg, gdr, &mut skipped) {
@@ -326,9 +326,44 @@ fn open_ports(
     Ok(out)
 }
 
+/// Whether any port of device `name` can pass `NCCL_IB_HCA`, so the device is worth
+/// opening. NCCL opens every device and checks `matchIfList(name, port) ^ searchNot`
+/// per port, an entry without a port matching every port; an exclusion list can only
+/// be decided per port (`^mlx5_1:2` keeps mlx5_1's other ports), so it opens all.
+fn device_may_pass(hca: &crate::config::IfList, name: &str) -> bool {
+    hca.is_exclude() || hca.selects(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::IfList;
+
+    #[test]
+    fn hca_lists_follow_nccl_per_port_matching() {
+        let all = IfList::parse("");
+        assert!(device_may_pass(&all, "mlx5_0") && all.matches("mlx5_0", Some(1)));
+        let f = IfList::parse("mlx5_0:1,mlx5_1");
+        assert!(device_may_pass(&f, "mlx5_0"));
+        assert!(f.matches("mlx5_0", Some(1)) && !f.matches("mlx5_0", Some(2)));
+        assert!(f.matches("mlx5_1", Some(2)), "no port = every port");
+        assert!(f.matches("mlx5_10", Some(1)), "prefix match without '='");
+        assert!(!device_may_pass(&f, "mlx4_0"));
+        let exact = IfList::parse("=mlx5_1");
+        assert!(exact.matches("mlx5_1", Some(1)) && !device_may_pass(&exact, "mlx5_10"));
+        // Exclusions: the device is opened, its ports decide.
+        let not_port = IfList::parse("^=mlx5_1:2");
+        assert!(device_may_pass(&not_port, "mlx5_1"));
+        assert!(!not_port.matches("mlx5_1", Some(2)));
+        assert!(not_port.matches("mlx5_1", Some(1)), "other ports stay");
+        assert!(not_port.matches("mlx5_10", Some(2)));
+        let not_dev = IfList::parse("^mlx5_3");
+        assert!((1..=4).all(|p| !not_dev.matches("mlx5_3", Some(p))));
+        assert!(not_dev.matches("mlx5_2", Some(1)));
+        // NCCL: '^' with no names selects nothing.
+        let nothing = IfList::parse("^");
+        assert!(!nothing.matches("mlx5_0", Some(1)));
+    }
 
     #[test]
     fn speed_is_lane_rate_times_width_like_nccl() {

@@ -3,13 +3,30 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The peer binary built with this package.
-pub const PEER: &str = env!("CARGO_BIN_EXE_cclkit-ofi-peer");
+/// The peer, the package's `cclkit-ofi-peer` example: cargo puts test binaries in
+/// `target/<profile>/deps/` and examples in `target/<profile>/examples/`.
+/// `cargo test -p cclkit-net-ofi` builds it; a run narrowed with `--test` does not.
+pub fn peer_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("path of the running test");
+    let path = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test binary inside target/<profile>/deps")
+        .join("examples/cclkit-ofi-peer");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test -p cclkit-net-ofi` (or `cargo build -p \
+         cclkit-net-ofi --examples` with the same profile) first",
+        path.display()
+    );
+    path
+}
 
 /// Provider settings for one test flavour.
 pub fn provider_env(provider: &str) -> Vec<(&'static str, String)> {
@@ -38,7 +55,7 @@ pub struct Peer {
 impl Peer {
     /// Starts the peer with `args` and extra environment.
     pub fn spawn(name: &str, args: &[&str], env: &[(&str, String)]) -> Peer {
-        let mut cmd = Command::new(PEER);
+        let mut cmd = Command::new(peer_path());
         cmd.args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

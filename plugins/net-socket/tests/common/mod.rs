@@ -1,8 +1,10 @@
 //! Test harness: drives the plugin through its exported `ncclNetPlugin_v8/_v11/_v12`
-//! tables with NCCL's calling conventions, plus helpers for data and processes.
+//! tables with `cclkit-host`'s adapters (NCCL's calling conventions for each
+//! version), plus helpers for data and processes.
 #![allow(dead_code)]
 
 pub mod child;
+pub mod machine;
 mod plugin;
 pub mod roles;
 pub mod script;

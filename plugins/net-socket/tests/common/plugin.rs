@@ -1,23 +1,30 @@
-//! The exported tables seen as NCCL sees them: one wrapper method per call, every
-//! version's argument shapes (int vs size_t sizes, ctx or not, the handle polled in
-//! place by `connect`).
+//! The exported tables seen as NCCL sees them, through `cclkit-host`'s adapter for
+//! each version (int vs size_t sizes, ctx or not, the handle polled in place by
+//! `connect`, the optional-completion sentinel).
+//!
+//! The tests were written against raw NCCL handles, so this keeps that shape: comms,
+//! requests and registrations are opaque non-NULL [`Ptr`] keys into the host objects
+//! kept here, NULL still means "not yet", and errors are the plugin's raw
+//! `ncclResult_t` so tests can assert exact codes.
 
-use std::ffi::{CStr, c_int, c_void};
-use std::ptr::null_mut;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use cclkit_abi::raw::common::NcclResult;
-use cclkit_abi::raw::net::v8::ncclNetProperties_v8_t;
-use cclkit_abi::raw::net::v11::ncclNetProperties_v11_t;
-use cclkit_abi::raw::net::v12::ncclNetProperties_v12_t;
-use cclkit_abi::raw::net::{NCCL_NET_OPTIONAL_RECV_COMPLETION, ncclNetCommConfig_v10_t};
+use cclkit_abi::raw::common::{NcclResult, ptr};
+use cclkit_host::CallError;
+use cclkit_host::net::{
+    CommConfig, ConnectHandle, Connecting, ListenComm, Mr, NetContext, NetPlugin, RecvBuffer,
+    RecvComm, Request, SendComm,
+};
 use cclkit_net_socket::{ncclNetPlugin_v8, ncclNetPlugin_v11, ncclNetPlugin_v12};
 
 /// `NCCL_PTR_HOST`.
-pub const PTR_HOST: c_int = 1;
+pub const PTR_HOST: c_int = ptr::HOST;
 /// `NCCL_PTR_CUDA`.
-pub const PTR_CUDA: c_int = 2;
-/// A raw pointer NCCL passes around (comm, request, mhandle).
+pub const PTR_CUDA: c_int = ptr::CUDA;
+/// An opaque key standing for a comm, request or registration (never dereferenced).
 pub type Ptr = *mut c_void;
 
 /// Which exported table to drive.
@@ -52,6 +59,15 @@ impl Ver {
             Ver::V12 => "12",
         }
     }
+
+    /// The statically linked table of this version, as the host drives it.
+    fn plugin(self) -> NetPlugin {
+        match self {
+            Ver::V8 => NetPlugin::from_static(&ncclNetPlugin_v8),
+            Ver::V11 => NetPlugin::from_static(&ncclNetPlugin_v11),
+            Ver::V12 => NetPlugin::from_static(&ncclNetPlugin_v12),
+        }
+    }
 }
 
 /// Properties common to every version.
@@ -66,188 +82,172 @@ pub struct Props {
     pub max_coll_bytes: Option<usize>,
 }
 
-fn ok(r: NcclResult, what: &str) -> Result<(), NcclResult> {
-    if r.is_ok() {
-        Ok(())
-    } else {
-        eprintln!("{what} returned {r:?}");
-        Err(r)
+/// The raw code of a failed call, logged with the host's full description.
+fn code(e: CallError) -> NcclResult {
+    eprintln!("{e}");
+    e.code
+}
+
+/// Host objects behind the keys handed to tests.
+#[derive(Default)]
+struct Objects {
+    last_key: usize,
+    listens: HashMap<usize, ListenComm>,
+    sends: HashMap<usize, SendComm>,
+    recvs: HashMap<usize, RecvComm>,
+    /// Connections in progress, by the address of the caller's handle buffer, with
+    /// the handle bytes they started from.
+    connecting: HashMap<usize, (ConnectHandle, Connecting)>,
+    /// Request key → (comm key, request).
+    requests: HashMap<usize, (usize, Request)>,
+    /// Registration key → (comm key, registration).
+    mrs: HashMap<usize, (usize, Mr)>,
+}
+
+impl Objects {
+    fn key(&mut self) -> usize {
+        self.last_key += 1;
+        self.last_key
+    }
+
+    /// Forgets every request and registration of a comm being closed.
+    fn forget(&mut self, comm: usize) {
+        self.requests.retain(|_, (c, _)| *c != comm);
+        self.mrs.retain(|_, (c, _)| *c != comm);
     }
 }
 
-fn cstr(p: *const std::ffi::c_char) -> Option<String> {
-    // SAFETY: the plugin returns NULL or a NUL-terminated string it keeps alive.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+/// The registration `mh` of `comm` among `mrs` (NULL = none).
+fn mr_of(mrs: &HashMap<usize, (usize, Mr)>, comm: usize, mh: Ptr) -> Option<&Mr> {
+    if mh.is_null() {
+        return None;
+    }
+    match mrs.get(&key_of(mh)) {
+        Some((c, mr)) if *c == comm => Some(mr),
+        _ => panic!("{mh:?} is not a registration of comm {comm}"),
+    }
+}
+
+fn key_of(p: Ptr) -> usize {
+    p as usize
+}
+
+fn ptr_of(key: usize) -> Ptr {
+    key as Ptr
 }
 
 /// One initialised plugin instance seen through one table version.
 pub struct Plugin {
     pub ver: Ver,
-    ctx: Ptr,
+    // Declared first so comms close before the context finalizes (the context would
+    // wait for them anyway).
+    objects: Mutex<Objects>,
+    ctx: NetContext,
 }
-
-// SAFETY: ctx is the plugin's context pointer; the plugin is thread-safe.
-unsafe impl Send for Plugin {}
 
 impl Plugin {
     /// `init` through table `ver` (per communicator for v11+, refcounted for v8).
     pub fn open(ver: Ver) -> Plugin {
-        let mut ctx: Ptr = null_mut();
-        let mut config = ncclNetCommConfig_v10_t { trafficClass: -1 };
-        // SAFETY: NCCL's calling convention for each version's init.
-        let r = unsafe {
-            match ver {
-                Ver::V8 => (ncclNetPlugin_v8.init.unwrap())(None),
-                Ver::V11 => (ncclNetPlugin_v11.init.unwrap())(&mut ctx, 7, &mut config, None, None),
-                Ver::V12 => (ncclNetPlugin_v12.init.unwrap())(&mut ctx, 7, &mut config, None, None),
-            }
-        };
-        assert!(r.is_ok(), "init v{} failed: {r:?}", ver.num());
-        Plugin { ver, ctx }
+        let ctx = ver
+            .plugin()
+            .init(7, CommConfig::default())
+            .unwrap_or_else(|e| panic!("init v{} failed: {e}", ver.num()));
+        Plugin {
+            ver,
+            objects: Mutex::new(Objects::default()),
+            ctx,
+        }
+    }
+
+    fn objects(&self) -> MutexGuard<'_, Objects> {
+        self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Name in the table.
     pub fn name(&self) -> String {
-        let p = match self.ver {
-            Ver::V8 => ncclNetPlugin_v8.name,
-            Ver::V11 => ncclNetPlugin_v11.name,
-            Ver::V12 => ncclNetPlugin_v12.name,
-        };
-        cstr(p).unwrap_or_default()
+        self.ctx.plugin().name().to_owned()
     }
 
     /// `devices`.
     pub fn devices(&self) -> c_int {
-        let mut n = 0;
-        // SAFETY: valid out-pointer.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.devices.unwrap())(&mut n),
-                Ver::V11 => (ncclNetPlugin_v11.devices.unwrap())(&mut n),
-                Ver::V12 => (ncclNetPlugin_v12.devices.unwrap())(&mut n),
-            }
-        };
-        assert!(r.is_ok());
-        n
+        let n = self.ctx.devices().expect("devices");
+        c_int::try_from(n).expect("device count fits an int")
     }
 
-    /// `getProperties` into the version's own struct.
+    /// `getProperties` through the version's own struct.
     pub fn properties(&self, dev: c_int) -> Result<Props, NcclResult> {
-        // SAFETY: each call gets a zeroed struct of its own version's layout.
-        unsafe {
-            match self.ver {
-                Ver::V8 => {
-                    let mut p: ncclNetProperties_v8_t = std::mem::zeroed();
-                    ok(
-                        (ncclNetPlugin_v8.getProperties.unwrap())(dev, &mut p),
-                        "props",
-                    )?;
-                    Ok(Props {
-                        name: cstr(p.name).unwrap_or_default(),
-                        pci_path: cstr(p.pciPath),
-                        ptr_support: p.ptrSupport,
-                        speed: p.speed,
-                        max_recvs: p.maxRecvs,
-                        max_p2p_bytes: None,
-                        max_coll_bytes: None,
-                    })
-                }
-                Ver::V11 => {
-                    let mut p: ncclNetProperties_v11_t = std::mem::zeroed();
-                    ok(
-                        (ncclNetPlugin_v11.getProperties.unwrap())(dev, &mut p),
-                        "props",
-                    )?;
-                    Ok(Props {
-                        name: cstr(p.name).unwrap_or_default(),
-                        pci_path: cstr(p.pciPath),
-                        ptr_support: p.ptrSupport,
-                        speed: p.speed,
-                        max_recvs: p.maxRecvs,
-                        max_p2p_bytes: Some(p.maxP2pBytes),
-                        max_coll_bytes: Some(p.maxCollBytes),
-                    })
-                }
-                Ver::V12 => {
-                    let mut p: ncclNetProperties_v12_t = std::mem::zeroed();
-                    ok(
-                        (ncclNetPlugin_v12.getProperties.unwrap())(dev, &mut p),
-                        "props",
-                    )?;
-                    Ok(Props {
-                        name: cstr(p.name).unwrap_or_default(),
-                        pci_path: cstr(p.pciPath),
-                        ptr_support: p.ptrSupport,
-                        speed: p.speed,
-                        max_recvs: p.maxRecvs,
-                        max_p2p_bytes: Some(p.maxP2pBytes),
-                        max_coll_bytes: Some(p.maxCollBytes),
-                    })
-                }
-            }
-        }
+        let dev = usize::try_from(dev).map_err(|_| NcclResult::INVALID_ARGUMENT)?;
+        let p = self.ctx.properties(dev).map_err(code)?;
+        let v11 = self.ver != Ver::V8;
+        Ok(Props {
+            name: p.name,
+            pci_path: p.pci_path,
+            ptr_support: p.ptr_support,
+            speed: p.speed_mbps,
+            max_recvs: p.max_recvs,
+            max_p2p_bytes: v11.then_some(p.max_p2p_bytes),
+            max_coll_bytes: v11.then_some(p.max_coll_bytes),
+        })
     }
 
     /// `listen`: the 128-byte handle and the listen comm.
     pub fn listen(&self, dev: c_int) -> Result<([u8; 128], Ptr), NcclResult> {
-        let mut handle = [0xa5u8; 128];
-        let mut lc: Ptr = null_mut();
-        let h = handle.as_mut_ptr().cast();
-        // SAFETY: 128-byte handle buffer and a valid out-pointer.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.listen.unwrap())(dev, h, &mut lc),
-                Ver::V11 => (ncclNetPlugin_v11.listen.unwrap())(self.ctx, dev, h, &mut lc),
-                Ver::V12 => (ncclNetPlugin_v12.listen.unwrap())(self.ctx, dev, h, &mut lc),
-            }
-        };
-        ok(r, "listen")?;
-        assert!(!lc.is_null());
-        Ok((handle, lc))
+        let dev = usize::try_from(dev).map_err(|_| NcclResult::INVALID_ARGUMENT)?;
+        let (handle, lc) = self.ctx.listen(dev).map_err(code)?;
+        let mut o = self.objects();
+        let key = o.key();
+        o.listens.insert(key, lc);
+        Ok((handle, ptr_of(key)))
     }
 
     /// One `connect` call on `handle` (the same buffer every time): NULL = not yet.
     pub fn connect(&self, dev: c_int, handle: &mut [u8; 128]) -> Result<Ptr, NcclResult> {
-        let mut sc: Ptr = null_mut();
-        let mut dev_comm = null_mut();
-        let h = handle.as_mut_ptr().cast();
-        // SAFETY: NCCL's convention: same handle pointer on every retry.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.connect.unwrap())(dev, h, &mut sc, &mut dev_comm),
-                Ver::V11 => {
-                    (ncclNetPlugin_v11.connect.unwrap())(self.ctx, dev, h, &mut sc, &mut dev_comm)
-                }
-                Ver::V12 => {
-                    (ncclNetPlugin_v12.connect.unwrap())(self.ctx, dev, h, &mut sc, &mut dev_comm)
-                }
+        let dev = usize::try_from(dev).map_err(|_| NcclResult::INVALID_ARGUMENT)?;
+        let at = handle.as_ptr() as usize;
+        let mut o = self.objects();
+        // A new handle in a reused buffer starts a new connection.
+        if o.connecting.get(&at).is_none_or(|(h, _)| h != handle) {
+            let c = self.ctx.connect(dev, handle);
+            o.connecting.insert(at, (*handle, c));
+        }
+        let (_, c) = o.connecting.get_mut(&at).expect("inserted above");
+        match c.poll() {
+            Ok(None) => Ok(std::ptr::null_mut()),
+            Ok(Some(send)) => {
+                o.connecting.remove(&at);
+                let key = o.key();
+                o.sends.insert(key, send);
+                Ok(ptr_of(key))
             }
-        };
-        ok(r, "connect")?;
-        Ok(sc)
+            Err(e) => {
+                o.connecting.remove(&at);
+                Err(code(e))
+            }
+        }
     }
 
     /// One `accept` call: NULL = not yet.
     pub fn accept(&self, lc: Ptr) -> Result<Ptr, NcclResult> {
-        let mut rc: Ptr = null_mut();
-        let mut dev_comm = null_mut();
-        // SAFETY: valid listen comm and out-pointers.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.accept.unwrap())(lc, &mut rc, &mut dev_comm),
-                Ver::V11 => (ncclNetPlugin_v11.accept.unwrap())(lc, &mut rc, &mut dev_comm),
-                Ver::V12 => (ncclNetPlugin_v12.accept.unwrap())(lc, &mut rc, &mut dev_comm),
+        let mut o = self.objects();
+        let listen = o
+            .listens
+            .get_mut(&key_of(lc))
+            .unwrap_or_else(|| panic!("{lc:?} is not an open listen comm"));
+        match listen.accept().map_err(code)? {
+            None => Ok(std::ptr::null_mut()),
+            Some(recv) => {
+                let key = o.key();
+                o.recvs.insert(key, recv);
+                Ok(ptr_of(key))
             }
-        };
-        ok(r, "accept")?;
-        Ok(rc)
+        }
     }
 
     /// Listens, then connects and accepts in turn until both are up (in-process pair).
     pub fn pair(&self, dev: c_int) -> (Ptr, Ptr) {
         let (mut handle, lc) = self.listen(dev).expect("listen");
         let deadline = Instant::now() + Duration::from_secs(20);
-        let (mut s, mut r): (Ptr, Ptr) = (null_mut(), null_mut());
+        let (mut s, mut r): (Ptr, Ptr) = (std::ptr::null_mut(), std::ptr::null_mut());
         while s.is_null() || r.is_null() {
             assert!(Instant::now() < deadline, "pair setup timed out");
             if s.is_null() {
@@ -261,7 +261,7 @@ impl Plugin {
         (s, r)
     }
 
-    /// `regMr` of `len` bytes at `data`.
+    /// `regMr` of `len` bytes at `data` on a send or receive comm.
     pub fn reg_mr(
         &self,
         comm: Ptr,
@@ -269,34 +269,42 @@ impl Plugin {
         len: usize,
         kind: c_int,
     ) -> Result<Ptr, NcclResult> {
-        let mut mh: Ptr = null_mut();
-        // SAFETY: valid comm and out-pointer; the plugin does not touch the memory.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh),
-                Ver::V11 => {
-                    (ncclNetPlugin_v11.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh)
-                }
-                Ver::V12 => {
-                    (ncclNetPlugin_v12.regMr.unwrap())(comm, data.cast(), len, kind, &mut mh)
-                }
+        let mut o = self.objects();
+        let c = key_of(comm);
+        // SAFETY: the socket transport records the range and never dereferences it
+        // (it copies from the buffers given to isend/irecv, whose contracts cover them).
+        let mr = unsafe {
+            if let Some(s) = o.sends.get_mut(&c) {
+                s.reg_mr(data, len, kind)
+            } else if let Some(r) = o.recvs.get_mut(&c) {
+                r.reg_mr(data, len, kind)
+            } else {
+                panic!("{comm:?} is not an open send or receive comm")
             }
-        };
-        ok(r, "regMr")?;
-        Ok(mh)
+        }
+        .map_err(code)?;
+        let key = o.key();
+        o.mrs.insert(key, (c, mr));
+        Ok(ptr_of(key))
     }
 
     /// `deregMr`.
     pub fn dereg_mr(&self, comm: Ptr, mh: Ptr) {
-        // SAFETY: a registration of `comm`.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.deregMr.unwrap())(comm, mh),
-                Ver::V11 => (ncclNetPlugin_v11.deregMr.unwrap())(comm, mh),
-                Ver::V12 => (ncclNetPlugin_v12.deregMr.unwrap())(comm, mh),
-            }
+        let mut o = self.objects();
+        let c = key_of(comm);
+        let (owner, mr) = o
+            .mrs
+            .remove(&key_of(mh))
+            .unwrap_or_else(|| panic!("{mh:?} is not a registration"));
+        assert_eq!(owner, c, "deregMr on another comm than regMr");
+        let r = if let Some(s) = o.sends.get_mut(&c) {
+            s.dereg_mr(mr)
+        } else if let Some(r) = o.recvs.get_mut(&c) {
+            r.dereg_mr(mr)
+        } else {
+            panic!("{comm:?} is not an open send or receive comm")
         };
-        assert!(r.is_ok(), "deregMr: {r:?}");
+        r.unwrap_or_else(|e| panic!("deregMr: {e}"));
     }
 
     /// One `isend` call: NULL = not posted, retry.
@@ -311,44 +319,30 @@ impl Plugin {
         tag: c_int,
         mh: Ptr,
     ) -> Result<Ptr, NcclResult> {
-        let mut req: Ptr = null_mut();
+        let mut guard = self.objects();
+        let o = &mut *guard;
+        let c = key_of(comm);
+        let mr = mr_of(&o.mrs, c, mh);
+        let send = o
+            .sends
+            .get_mut(&c)
+            .unwrap_or_else(|| panic!("{comm:?} is not an open send comm"));
         // SAFETY: forwarded contract.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.isend.unwrap())(
-                    comm,
-                    data.cast(),
-                    len as c_int,
-                    tag,
-                    mh,
-                    &mut req,
-                ),
-                Ver::V11 => (ncclNetPlugin_v11.isend.unwrap())(
-                    comm,
-                    data.cast(),
-                    len,
-                    tag,
-                    mh,
-                    null_mut(),
-                    &mut req,
-                ),
-                Ver::V12 => (ncclNetPlugin_v12.isend.unwrap())(
-                    comm,
-                    data.cast(),
-                    len,
-                    tag,
-                    mh,
-                    null_mut(),
-                    &mut req,
-                ),
+        let req = unsafe { send.isend(data, len, tag, mr) }.map_err(code)?;
+        Ok(match req {
+            None => std::ptr::null_mut(),
+            Some(req) => {
+                let key = o.key();
+                o.requests.insert(key, (c, req));
+                ptr_of(key)
             }
-        };
-        ok(r, "isend")?;
-        Ok(req)
+        })
     }
 
     /// One `irecv` call with `bufs.len()` buffers: NULL = not posted, retry. Like
-    /// NCCL for LL protocols, a single receive carries the optional-completion sentinel.
+    /// NCCL for LL protocols, a single receive carries the optional-completion
+    /// sentinel (the host clears it for v8, as NCCL's shim does, and fails a plugin
+    /// that leaves it in place).
     ///
     /// # Safety
     /// Every buffer must stay valid until the request completes.
@@ -359,134 +353,101 @@ impl Plugin {
         tags: &[c_int],
         mhs: &[Ptr],
     ) -> Result<Ptr, NcclResult> {
-        let n = bufs.len();
-        let mut data: Vec<*mut c_void> = bufs.iter().map(|b| b.0.cast()).collect();
-        let mut tags = tags.to_vec();
-        let mut mhs = mhs.to_vec();
-        let mut req: Ptr = if n == 1 {
-            NCCL_NET_OPTIONAL_RECV_COMPLETION as Ptr
-        } else {
-            null_mut()
-        };
-        // SAFETY: arrays of n entries; forwarded contract.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => {
-                    let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
-                    req = null_mut(); // the v6–v8 shims clear the sentinel
-                    (ncclNetPlugin_v8.irecv.unwrap())(
-                        comm,
-                        n as c_int,
-                        data.as_mut_ptr(),
-                        sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        &mut req,
-                    )
-                }
-                Ver::V11 => {
-                    let mut sizes: Vec<usize> = bufs.iter().map(|b| b.1).collect();
-                    (ncclNetPlugin_v11.irecv.unwrap())(
-                        comm,
-                        n as c_int,
-                        data.as_mut_ptr(),
-                        sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        null_mut(),
-                        &mut req,
-                    )
-                }
-                Ver::V12 => {
-                    let mut sizes: Vec<usize> = bufs.iter().map(|b| b.1).collect();
-                    (ncclNetPlugin_v12.irecv.unwrap())(
-                        comm,
-                        n as c_int,
-                        data.as_mut_ptr(),
-                        sizes.as_mut_ptr(),
-                        tags.as_mut_ptr(),
-                        mhs.as_mut_ptr(),
-                        null_mut(),
-                        &mut req,
-                    )
-                }
+        assert!(bufs.len() == tags.len() && bufs.len() == mhs.len());
+        let mut guard = self.objects();
+        let o = &mut *guard;
+        let c = key_of(comm);
+        let spec: Vec<RecvBuffer<'_>> = bufs
+            .iter()
+            .zip(tags)
+            .zip(mhs)
+            .map(|((&(data, size), &tag), &mh)| RecvBuffer {
+                data,
+                size,
+                tag,
+                mr: mr_of(&o.mrs, c, mh),
+            })
+            .collect();
+        let recv = o
+            .recvs
+            .get_mut(&c)
+            .unwrap_or_else(|| panic!("{comm:?} is not an open receive comm"));
+        // SAFETY: forwarded contract.
+        let req = unsafe { recv.irecv(&spec, bufs.len() == 1) }.map_err(code)?;
+        drop(spec);
+        Ok(match req {
+            None => std::ptr::null_mut(),
+            Some(req) => {
+                let key = o.key();
+                o.requests.insert(key, (c, req));
+                ptr_of(key)
             }
-        };
-        ok(r, "irecv")?;
-        assert_ne!(
-            req as usize, NCCL_NET_OPTIONAL_RECV_COMPLETION,
-            "sentinel left in *request"
-        );
-        Ok(req)
+        })
     }
 
-    /// One `test` call; `sizes` must hold as many entries as the request has buffers.
+    /// One `test` call; on completion the sizes are copied into `sizes` (which holds
+    /// as many entries as the caller wants). A request is gone once it completed or
+    /// failed, as in NCCL.
     pub fn test(&self, req: Ptr, sizes: &mut [c_int]) -> Result<bool, NcclResult> {
-        let mut done: c_int = 0;
-        // SAFETY: a live request; sizes large enough.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.test.unwrap())(req, &mut done, sizes.as_mut_ptr()),
-                Ver::V11 => (ncclNetPlugin_v11.test.unwrap())(req, &mut done, sizes.as_mut_ptr()),
-                Ver::V12 => (ncclNetPlugin_v12.test.unwrap())(req, &mut done, sizes.as_mut_ptr()),
-            }
+        let mut guard = self.objects();
+        let o = &mut *guard;
+        let key = key_of(req);
+        let (c, request) = o
+            .requests
+            .get_mut(&key)
+            .unwrap_or_else(|| panic!("{req:?} is not a pending request"));
+        let r = if let Some(s) = o.sends.get_mut(c) {
+            s.test(request)
+        } else if let Some(r) = o.recvs.get_mut(c) {
+            r.test(request)
+        } else {
+            panic!("request {req:?} outlived its comm")
         };
-        if r.is_ok() { Ok(done == 1) } else { Err(r) }
+        match r {
+            Ok(None) => Ok(false),
+            Ok(Some(got)) => {
+                o.requests.remove(&key);
+                for (out, &n) in sizes.iter_mut().zip(got.as_slice()) {
+                    *out = c_int::try_from(n).expect("sizes are ints in every version");
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                o.requests.remove(&key);
+                Err(code(e))
+            }
+        }
     }
 
-    /// `closeSend`.
+    /// `closeSend` (pending requests and registrations of the comm are forgotten).
     pub fn close_send(&self, c: Ptr) {
-        // SAFETY: a live send comm.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.closeSend.unwrap())(c),
-                Ver::V11 => (ncclNetPlugin_v11.closeSend.unwrap())(c),
-                Ver::V12 => (ncclNetPlugin_v12.closeSend.unwrap())(c),
-            }
-        };
-        assert!(r.is_ok(), "closeSend: {r:?}");
+        let mut o = self.objects();
+        let comm = o
+            .sends
+            .remove(&key_of(c))
+            .unwrap_or_else(|| panic!("{c:?} is not an open send comm"));
+        o.forget(key_of(c));
+        comm.close().unwrap_or_else(|e| panic!("closeSend: {e}"));
     }
 
-    /// `closeRecv`.
+    /// `closeRecv` (pending requests and registrations of the comm are forgotten).
     pub fn close_recv(&self, c: Ptr) {
-        // SAFETY: a live receive comm.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.closeRecv.unwrap())(c),
-                Ver::V11 => (ncclNetPlugin_v11.closeRecv.unwrap())(c),
-                Ver::V12 => (ncclNetPlugin_v12.closeRecv.unwrap())(c),
-            }
-        };
-        assert!(r.is_ok(), "closeRecv: {r:?}");
+        let mut o = self.objects();
+        let comm = o
+            .recvs
+            .remove(&key_of(c))
+            .unwrap_or_else(|| panic!("{c:?} is not an open receive comm"));
+        o.forget(key_of(c));
+        comm.close().unwrap_or_else(|e| panic!("closeRecv: {e}"));
     }
 
     /// `closeListen`.
     pub fn close_listen(&self, c: Ptr) {
-        // SAFETY: a live listen comm.
-        let r = unsafe {
-            match self.ver {
-                Ver::V8 => (ncclNetPlugin_v8.closeListen.unwrap())(c),
-                Ver::V11 => (ncclNetPlugin_v11.closeListen.unwrap())(c),
-                Ver::V12 => (ncclNetPlugin_v12.closeListen.unwrap())(c),
-            }
-        };
-        assert!(r.is_ok(), "closeListen: {r:?}");
-    }
-}
-
-impl Drop for Plugin {
-    fn drop(&mut self) {
-        // SAFETY: the ctx our init produced (v11+); v8 has no finalize.
-        unsafe {
-            match self.ver {
-                Ver::V8 => {}
-                Ver::V11 => {
-                    let _ = (ncclNetPlugin_v11.finalize.unwrap())(self.ctx);
-                }
-                Ver::V12 => {
-                    let _ = (ncclNetPlugin_v12.finalize.unwrap())(self.ctx);
-                }
-            }
-        }
+        let comm = self
+            .objects()
+            .listens
+            .remove(&key_of(c))
+            .unwrap_or_else(|| panic!("{c:?} is not an open listen comm"));
+        comm.close().unwrap_or_else(|e| panic!("closeListen: {e}"));
     }
 }

@@ -214,7 +214,9 @@ pub fn exchange_pair(
 }
 
 /// Kills child `victim` after the survivor moved two messages; the survivor's pending
-/// request must fail with ncclRemoteError within `bound`.
+/// request must fail with ncclRemoteError. The plugin has no data-path timeout, so any
+/// error at all comes from the dead peer's closed sockets; `bound` only keeps a hang
+/// from lasting and should be generous (a loaded machine is slow, not wrong).
 pub fn kill_mid_transfer(test: &str, roles: [&str; 2], progress: &str, seed: u64, bound: Duration) {
     let none: &[(&str, String)] = &[];
     let (mut kids, _, _) = start_pair(
@@ -232,14 +234,11 @@ pub fn kill_mid_transfer(test: &str, roles: [&str; 2], progress: &str, seed: u64
     };
     kids[survivor].expect(&format!("{progress} 2"), RUN);
     kids[victim].kill();
-    let killed = Instant::now();
     let code = kids[survivor].expect("ERROR ", bound);
-    let took = killed.elapsed();
     assert_eq!(
         code,
         NcclResult::REMOTE_ERROR.0.to_string(),
         "survivor's error code"
     );
-    assert!(took < bound, "error reported after {took:?}");
     kids[survivor].wait_ok(SETUP);
 }

@@ -311,9 +311,38 @@ impl Sink<'_> {
             file: self.file.to_owned(),
             line,
             severity,
-            message,
+            message: cut_echoes(&message),
         });
     }
+}
+
+/// A run of non-blank characters longer than `LONG_RUN` is an echoed value (no
+/// fixed text is that long) and is cut to `MAX_ECHO`; a message is cut to
+/// `MAX_MESSAGE`: a hostile field must not turn into megabytes of NCCL WARN.
+const LONG_RUN: usize = 120;
+const MAX_ECHO: usize = 80;
+const MAX_MESSAGE: usize = 400;
+
+/// `message` with echoed values cut (marked `…`), the whole at most [`MAX_MESSAGE`]
+/// characters.
+fn cut_echoes(message: &str) -> String {
+    let mut out = String::new();
+    for (i, word) in message.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        if word.chars().count() > LONG_RUN {
+            out.extend(word.chars().take(MAX_ECHO));
+            out.push('…');
+        } else {
+            out.push_str(word);
+        }
+        if out.chars().count() > MAX_MESSAGE {
+            let cut: String = out.chars().take(MAX_MESSAGE).collect();
+            return cut + "…";
+        }
+    }
+    out
 }
 
 /// A file read into rules, with everything found wrong on the way.
@@ -383,9 +412,9 @@ pub fn detect_format(path: &Path, text: &str) -> Format {
     }
 }
 
-/// Largest file read (a rule file is a few hundred kB at most; this guards against
-/// pointing the variable at something else).
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
+/// Largest file read: 1 MiB (a rule file is tens of kB; this bounds the time and
+/// memory every communicator init spends on a file that is something else).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Reads and parses a file, picking the format with [`detect_format`].
 pub fn load(path: &Path) -> std::io::Result<Parsed> {
@@ -396,7 +425,18 @@ pub fn load(path: &Path) -> std::io::Result<Parsed> {
             format!("{len} bytes is larger than the {MAX_FILE_BYTES}-byte limit"),
         ));
     }
-    let bytes = std::fs::read(path)?;
+    // Bounded even if the file grows after the check.
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(path)?, MAX_FILE_BYTES + 1),
+        &mut bytes,
+    )?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than the {MAX_FILE_BYTES}-byte limit"),
+        ));
+    }
     let text = String::from_utf8(bytes).map_err(|e| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -69,24 +69,36 @@ macro_rules! has {
 pub(crate) fn table(env: &Env) -> Checked {
     let plugin = setup::load_plugin(env)?;
     let raw = &plugin.shared.raw;
-    let required = [
-        ("listen", has!(raw, listen)),
-        ("connect", has!(raw, connect)),
-        ("accept", has!(raw, accept)),
-        ("regMr", has!(raw, regMr)),
-        ("deregMr", has!(raw, deregMr)),
-        ("isend", has!(raw, isend)),
-        ("irecv", has!(raw, irecv)),
-        ("test", has!(raw, test)),
-        ("closeSend", has!(raw, closeSend)),
-        ("closeRecv", has!(raw, closeRecv)),
-        ("closeListen", has!(raw, closeListen)),
-    ];
-    let missing: Vec<&str> = required
-        .iter()
+    let missing_now = || {
+        [
+            ("listen", has!(raw, listen)),
+            ("connect", has!(raw, connect)),
+            ("accept", has!(raw, accept)),
+            ("regMr", has!(raw, regMr)),
+            ("deregMr", has!(raw, deregMr)),
+            ("isend", has!(raw, isend)),
+            ("irecv", has!(raw, irecv)),
+            ("test", has!(raw, test)),
+            ("closeSend", has!(raw, closeSend)),
+            ("closeRecv", has!(raw, closeRecv)),
+            ("closeListen", has!(raw, closeListen)),
+        ]
+        .into_iter()
         .filter(|(_, present)| !present)
-        .map(|(n, _)| *n)
-        .collect();
+        .map(|(n, _)| n)
+        .collect::<Vec<&str>>()
+    };
+    // A plugin may complete its table inside `init` (the IB/UCX plugin does), and
+    // NCCL reads those slots only after `init` returned: look again after one.
+    let mut missing = missing_now();
+    let _ctx = if missing.is_empty() {
+        None
+    } else {
+        setup::init(env, &plugin, 0x7AB1E).ok()
+    };
+    if _ctx.is_some() {
+        missing = missing_now();
+    }
     if !missing.is_empty() {
         return fail!(
             "{}: {} NULL; NCCL calls these without checking",

@@ -44,14 +44,18 @@ pub(crate) struct Region {
 impl Region {
     /// A region registered on a send comm.
     pub fn on_send(comm: &mut SendComm, total: usize) -> Result<(Self, Mr), Stop> {
-        let r = Self { rest: buffer(total) };
+        let r = Self {
+            rest: buffer(total),
+        };
         let mr = reg_send(comm, &mut *r.rest)?;
         Ok((r, mr))
     }
 
     /// A region registered on a receive comm.
     pub fn on_recv(comm: &mut RecvComm, total: usize) -> Result<(Self, Mr), Stop> {
-        let r = Self { rest: buffer(total) };
+        let r = Self {
+            rest: buffer(total),
+        };
         let mr = reg_recv(comm, &mut *r.rest)?;
         Ok((r, mr))
     }
@@ -233,21 +237,21 @@ impl Flow {
             }
             if Instant::now() > deadline {
                 let (s, r) = self.in_flight();
-                let side = |posted: usize, all: usize, call: &str| {
-                    (posted < all).then(|| format!("{call} {} of {all}", posted + 1))
+                // A send is only tried once no receive can be posted: name the receive.
+                let call = if rt.len() < recvs.len() {
+                    "irecv"
+                } else {
+                    "isend"
                 };
-                let stuck: Vec<String> = [
-                    side(rt.len(), recvs.len(), "irecv"),
-                    side(st.len(), sends.len(), "isend"),
-                ]
-                .into_iter()
-                .flatten()
-                .collect();
                 return fail!(
-                    "{} returned a NULL request (\"not now\") for {} s with {s} sends and {r} \
-                     receives in flight (the oldest tested all along)",
-                    stuck.join(" and "),
-                    limit.as_secs()
+                    "{call} returned a NULL request (\"not now\") for {} s with {s} sends and {r} \
+                     receives in flight, the oldest tested all along (posted {} of {} receives, \
+                     {} of {} sends)",
+                    limit.as_secs(),
+                    rt.len(),
+                    recvs.len(),
+                    st.len(),
+                    sends.len()
                 );
             }
             self.progress()?;

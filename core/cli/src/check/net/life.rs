@@ -21,7 +21,9 @@ pub(crate) fn close_inflight(env: &Env) -> Checked {
     let mut a = Flow::new(setup::pair(&r.ctx, &r.ctx, 0)?, env.version);
     let mut b = Flow::new(setup::pair(&r.ctx, &r.ctx, 0)?, env.version);
     let posts = a.limit().min(8);
-    step(format!("{posts} registered receives posted with no matching send"));
+    step(format!(
+        "{posts} registered receives posted with no matching send"
+    ));
     let rbuf = buffer(posts * 65_536);
     let rmr = setup::reg_recv(&mut a.recv, rbuf)?;
     let mut recvs = 0;
@@ -60,9 +62,11 @@ pub(crate) fn close_inflight(env: &Env) -> Checked {
     }
     let (ar, bs) = (a.in_flight().1, b.in_flight().0);
     step("deregMr with requests in flight");
-    within(CALL_LIMIT, blocked("deregMr with receives in flight"), || {
-        a.recv.dereg_mr(rmr)
-    })
+    within(
+        CALL_LIMIT,
+        blocked("deregMr with receives in flight"),
+        || a.recv.dereg_mr(rmr),
+    )
     .map_err(|e| Stop::from(e).context(&format!("deregMr with {ar} receives in flight")))?;
     within(CALL_LIMIT, blocked("deregMr with sends in flight"), || {
         b.send.dereg_mr(smr)
@@ -114,26 +118,26 @@ pub(crate) fn reload(env: &Env) -> Checked {
         let lib = load::open(&env.library).map_err(Stop::Fail)?;
         let plugin = load::net(&lib, env.version).map_err(Stop::Fail)?;
         drop(lib);
-        let ctx = setup::init(env, &plugin, 0x3000 + round).map_err(|e| {
+        let ctx =
             if round == 1 {
-                return e;
-            }
-            // The first init worked on this machine, so a failure now is no missing
-            // hardware: the plugin cannot come back after its last finalize.
-            let why = match e {
-                Stop::Fail(m) | Stop::Skip(m) => m,
+                setup::init(env, &plugin, 0x3000)?
+            } else {
+                step(format!("round {round}: init after reload"));
+                // The first init worked on this machine, so a failure now is no missing
+                // hardware: the plugin cannot come back after its last finalize.
+                plugin.init(0x3000 + round, Default::default()).map_err(|e| {
+                Stop::Fail(format!(
+                    "not reloadable: init failed after finalize and dlclose (round {round}; \
+                     the library {} in between): {e}; NCCL unloads the plugin with the last \
+                     communicator and loads it again for the next",
+                    if stayed_mapped {
+                        "stayed mapped, so its globals kept their state"
+                    } else {
+                        "was unmapped and loaded afresh"
+                    }
+                ))
+            })?
             };
-            Stop::Fail(format!(
-                "not reloadable: init failed after finalize and dlclose (round {round}; the \
-                 library {} in between): {why}; NCCL unloads the plugin with the last \
-                 communicator and loads it again for the next",
-                if stayed_mapped {
-                    "stayed mapped, so its globals kept their state"
-                } else {
-                    "was unmapped and loaded afresh"
-                }
-            ))
-        })?;
         if ctx.devices()? == 0 {
             return Err(setup::no_device(env, "devices() reported 0 devices".into()));
         }

@@ -6,14 +6,15 @@
 //! the verdict. Probes do what NCCL never does and only warn.
 
 mod basic;
+mod cuda;
 mod data;
+pub(crate) mod flow;
 mod life;
 mod limits;
 mod probes;
 mod props;
-pub(crate) mod flow;
 pub(crate) mod setup;
-mod timing;
+pub(crate) mod timing;
 
 pub(crate) use basic::data_symbol;
 
@@ -140,6 +141,24 @@ pub(crate) const CHECKS: &[CheckDef] = &[
         "two processes in separate network namespaces over veth",
         "NCCL ranks on different hosts reach each other only over the network",
         life::netns,
+    ),
+    contract(
+        "cuda-regmr",
+        "regMr(NCCL_PTR_CUDA) of device buffers on both comms (NCCL_PTR_CUDA devices)",
+        "NCCL registers its GPU buffers with type NCCL_PTR_CUDA when ptrSupport has it",
+        cuda::regmr,
+    ),
+    contract(
+        "cuda-sendrecv",
+        "random data between device buffers, and host↔device, arrives exact",
+        "with GPUDirect RDMA NCCL posts sends and receives straight on GPU memory",
+        cuda::sendrecv,
+    ),
+    contract(
+        "cuda-flush",
+        "iflush of each device receive completes; data intact",
+        "NCCL calls iflush after a GPU receive when forceFlush is set or PCI ordering needs it",
+        cuda::flush,
     ),
     probe(
         "sizes",

@@ -137,9 +137,11 @@ pub(crate) fn out_of_order(env: &Env) -> Checked {
         recv.dereg_mr(m)?;
     }
     drop((send, recv));
-    Ok("2 messages in flight; the newest receive and send completed when tested first, and \
+    Ok(
+        "2 messages in flight; the newest receive and send completed when tested first, and \
         each receive held its own message"
-        .into())
+            .into(),
+    )
 }
 
 /// Transfers posted with a NULL `mhandle` on both sides (NCCL always passes one).

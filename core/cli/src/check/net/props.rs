@@ -177,13 +177,20 @@ mod tests {
             let (fields, vprops) = layout(v);
             let end = fields.iter().map(|(_, o, l)| o + l).max().unwrap_or(0);
             let size = cclkit_abi::raw::net::properties_size(v).unwrap_or(0);
-            assert!(end <= size && size - end < 8, "v{v}: fields end at {end} of {size}");
+            assert!(
+                end <= size && size - end < 8,
+                "v{v}: fields end at {end} of {size}"
+            );
             assert_eq!(vprops.is_some(), v >= 9);
         }
         let (fields, vprops) = layout(11);
         let mut a = [0u8; ROOM];
         let mut b = [0u8; ROOM];
-        let (_, off, len) = fields.iter().find(|f| f.0 == "forceFlush").copied().unwrap_or_default();
+        let (_, off, len) = fields
+            .iter()
+            .find(|f| f.0 == "forceFlush")
+            .copied()
+            .unwrap_or_default();
         a[off..off + len].fill(0x5A);
         b[off..off + len].fill(0xA5);
         assert_eq!(unwritten(&a, &b, &fields, vprops), ["forceFlush"]);

@@ -128,7 +128,9 @@ pub(crate) fn pair(
             && let Some(l) = listen.as_mut()
         {
             accepts += 1;
-            recv = within(CALL_LIMIT, blocked("accept"), || timed("accept", || l.accept()))??;
+            recv = within(CALL_LIMIT, blocked("accept"), || {
+                timed("accept", || l.accept())
+            })??;
             if recv.is_some()
                 && let Some(l) = listen.take()
             {

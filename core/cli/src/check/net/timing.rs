@@ -88,7 +88,9 @@ pub(crate) fn accept_first(env: &Env) -> Checked {
             && let Some(l) = listen.as_mut()
         {
             calls += 1;
-            recv = within(CALL_LIMIT, blocked("accept"), || timed("accept", || l.accept()))??;
+            recv = within(CALL_LIMIT, blocked("accept"), || {
+                timed("accept", || l.accept())
+            })??;
             if recv.is_some()
                 && let Some(l) = listen.take()
             {

@@ -18,6 +18,7 @@ use cclkit_host::resolve::{self, Rule};
 use cclkit_host::select::{Attempt, NetRegistry, Outcome, TunerArgs, TunerRegistry};
 use cclkit_host::tuner::{CostTable, NvlDomainInfo, TunerConstants, TunerContext};
 
+pub mod contain;
 pub mod gdr;
 mod render;
 
@@ -39,6 +40,9 @@ pub struct DoctorArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Run the plugin against cclkit's host-memory CUDA stand-in (docs/cuda-standin.md).
+    #[arg(long)]
+    pub cuda_standin: bool,
 }
 
 /// The whole report.
@@ -117,11 +121,19 @@ pub struct Decision {
 
 /// Runs `cclkit doctor`.
 pub fn run(args: &DoctorArgs) -> ExitCode {
-    let report = diagnose(
-        &config_for(args, LoaderConfig::from_env()),
-        args.ranks,
-        args.nodes,
+    if let Some(code) = crate::standin::relaunch(args.cuda_standin, args.json, "doctor") {
+        return code;
+    }
+    let config = config_for(args, LoaderConfig::from_env());
+    let plugins = format!(
+        "net {}, tuner {}",
+        config.net_plugin.as_deref().unwrap_or("(default)"),
+        config.tuner_plugin.as_deref().unwrap_or("(default)")
     );
+    if let Some(code) = contain::run_contained("doctor", &plugins, args.json) {
+        return code;
+    }
+    let report = diagnose(&config, args.ranks, args.nodes);
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
@@ -130,6 +142,8 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
     } else {
         print!("{}", render::render(&report));
     }
+    contain::step("exiting (the plugins' destructors run)");
+    contain::done();
     if report.problems.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -177,6 +191,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
     let mut net = Section::default();
     // Keeps the chosen net library open while the tuner lookup searches it.
     let mut _chosen_net: Option<NetPlugin> = None;
+    contain::step("net plugin: loading and init (NCCL_NET_PLUGIN resolution)");
     match registry.select(0x0cc1_c17d_0c70_0001, CommConfig::default()) {
         Ok(sel) => {
             notes.extend(
@@ -188,6 +203,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
             net.fell_back = sel.fell_back;
             let p = sel.context.plugin().clone();
             net.chosen = Some(describe_net(&p, sel.devices));
+            contain::step("net plugin: getProperties of every device");
             for dev in 0..sel.devices {
                 match sel.context.properties(dev) {
                     Ok(props) => net.devices.push(DeviceReport::new(dev, &props)),
@@ -223,6 +239,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
             maxRanksPerNvlDomain: (ranks / nodes.max(1)) as i32,
         },
     };
+    contain::step("tuner: loading and init (NCCL_TUNER_PLUGIN resolution)");
     match tuners.select(registry.tuner_library().as_ref(), args, &mut constants) {
         Ok(sel) => {
             tuner.steps = steps(&sel.attempts, &resolver, config.flavor);
@@ -239,6 +256,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
                 None => cclkit_host::select::BUILTIN_MODEL.to_owned(),
             });
             if let Some(mut ctx) = sel.tuner {
+                contain::step("tuner: getCollInfo on sample collectives");
                 tuner.decisions = sample_decisions(&mut ctx);
                 for d in &tuner.decisions {
                     if let Err(e) = &d.choice {

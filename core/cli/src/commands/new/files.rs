@@ -6,8 +6,7 @@ use std::path::Path;
 /// The templates, embedded from `examples/` (the crates built and checked in this
 /// workspace, so what `cclkit new` writes is what `make test` checks).
 const NET_LIB: &str = include_str!("../../../../../examples/net-template/src/lib.rs");
-const NET_INLINE_LIB: &str =
-    include_str!("../../../../../examples/net-inline-template/src/lib.rs");
+const NET_INLINE_LIB: &str = include_str!("../../../../../examples/net-inline-template/src/lib.rs");
 const TUNER_LIB: &str = include_str!("../../../../../examples/tuner-template/src/lib.rs");
 
 /// The rustc the templates and `cclkit-abi` need (edition 2024).
@@ -328,9 +327,19 @@ mod tests {
         let names: Vec<&str> = files.iter().map(|f| f.0).collect();
         assert_eq!(
             names,
-            ["Cargo.toml", "src/lib.rs", "README.md", ".gitignore", "ci.sh"]
+            [
+                "Cargo.toml",
+                "src/lib.rs",
+                "README.md",
+                ".gitignore",
+                "ci.sh"
+            ]
         );
         assert!(files[2].1.contains("libnccl-net-acme.so"));
-        assert!(files[4].1.contains("package target/release/libnccl_net_acme.so"));
+        assert!(
+            files[4]
+                .1
+                .contains("package target/release/libnccl_net_acme.so")
+        );
     }
 }

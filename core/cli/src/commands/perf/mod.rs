@@ -15,9 +15,11 @@ use cclkit_runtime::{Comm, Config, Error, Result, world};
 
 pub mod check;
 pub mod colls;
+pub mod launch;
 pub mod options;
 pub mod output;
 pub mod place;
+mod profile;
 
 use colls::{Case, Coll, Slot};
 use output::{Measure, Progress, Report, Row, Test};
@@ -109,10 +111,17 @@ pub struct PerfArgs {
     /// No progress on stderr.
     #[arg(long)]
     pub no_progress: bool,
+    /// Run every rank against cclkit's host-memory CUDA stand-in (docs/cuda-standin.md).
+    #[arg(long)]
+    pub cuda_standin: bool,
     /// `--net`/`--tuner NAME|PATH`: as NCCL_NET_PLUGIN/NCCL_TUNER_PLUGIN, but never
     /// replaced by a fallback (see `commands::plugin_args`).
     #[command(flatten)]
     pub plugins: super::plugin_args::PluginArgs,
+    /// Profile every rank with cclkit's trace profiler: one Chrome-trace JSON file
+    /// per rank (open in ui.perfetto.dev) and a summary, written to DIR.
+    #[arg(long = "profile", value_name = "DIR")]
+    pub profile: Option<std::path::PathBuf>,
 }
 
 fn size_arg(s: &str) -> std::result::Result<usize, String> {
@@ -167,6 +176,10 @@ fn plan(a: &PerfArgs) -> std::result::Result<Plan, String> {
 
 /// Runs `cclkit perf`.
 pub fn run(a: &PerfArgs) -> ExitCode {
+    let json_stdout = a.json.as_deref() == Some("-");
+    if let Some(code) = crate::standin::relaunch(a.cuda_standin, json_stdout, "perf") {
+        return code;
+    }
     let plan = match plan(a) {
         Ok(p) => p,
         Err(e) => {
@@ -176,6 +189,11 @@ pub fn run(a: &PerfArgs) -> ExitCode {
     };
     // SAFETY: no other thread exists yet (logging starts none).
     unsafe { super::plugin_args::settle_env(&a.plugins) };
+    // SAFETY: as above.
+    if let Err(e) = unsafe { profile::settle(a.profile.as_deref()) } {
+        eprintln!("cclkit perf: {e}");
+        return ExitCode::from(2);
+    }
     // A device that cannot be opened fails here, before ranks wait for each other.
     if let Some(d) = &a.device {
         use cclkit_runtime::device::{Device, DeviceKind, emulate_requested};
@@ -196,7 +214,7 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         // Every local run, one rank included, runs its ranks in child processes: a
         // plugin that crashes, hangs or ends the process in its constructor then
         // becomes a failed rank, never a silent exit 0.
-        return launch(a);
+        return launch::run(a.np);
     }
     let code = run_rank(a, &plan);
     // The launcher counts a rank that exits 0 without this as failed.
@@ -230,64 +248,8 @@ fn run_rank(a: &PerfArgs, plan: &Plan) -> u8 {
     }
 }
 
-/// `--np N` (N ≥ 1) without a launcher: runs the ranks as child processes and
-/// reports the first one that failed.
-fn launch(a: &PerfArgs) -> ExitCode {
-    // Every variable is checked here once, so a bad value is one clear error instead
-    // of the same error from every rank.
-    let config = match Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("cclkit perf: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if a.np > 1 {
-        let set = place::local_env(&|k| std::env::var(k).ok());
-        let note: Vec<String> = set
-            .iter()
-            .map(|(k, v, why)| format!("{k}={v} ({why})"))
-            .collect();
-        for (k, v, _) in &set {
-            // SAFETY: no other thread exists yet (logging starts none; the bootstrap
-            // root and the ranks start after this), so nothing reads the environment
-            // concurrently.
-            unsafe { std::env::set_var(k, v) };
-        }
-        if !note.is_empty() {
-            // SAFETY: as above.
-            unsafe { std::env::set_var(LAUNCHER_ENV, note.join(", ")) };
-        }
-    }
-    let o = cclkit_runtime::launch::LocalOptions {
-        timeout: config.bootstrap_timeout,
-        grace: Duration::from_secs(1),
-        require_result: true,
-    };
-    match world::spawn_self_with(a.np, &args, &o) {
-        Ok(exits) => match world::failures(&exits) {
-            None => ExitCode::SUCCESS,
-            Some(why) => {
-                eprintln!("cclkit perf: {why}");
-                // A rank that found wrong data exits 1; keep that meaning.
-                let first = exits
-                    .iter()
-                    .filter(|e| !e.ok() && !e.stopped)
-                    .min_by_key(|e| e.order);
-                let code = first.and_then(|e| e.code).filter(|&c| c != 0);
-                ExitCode::from(code.unwrap_or(1).clamp(1, 255) as u8)
-            }
-        },
-        Err(e) => {
-            eprintln!("cclkit perf: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// What `--np` set in its ranks' environment (for the header).
-const LAUNCHER_ENV: &str = "CCLKIT_PERF_LAUNCHER_ENV";
+pub(crate) const LAUNCHER_ENV: &str = "CCLKIT_PERF_LAUNCHER_ENV";
 
 fn join(a: &PerfArgs) -> Result<Comm> {
     if let Some(l) = world::detect()?

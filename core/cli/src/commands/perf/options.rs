@@ -43,10 +43,15 @@ pub fn timeout_arg(s: &str) -> Result<f64, String> {
 /// `--iter-time`: milliseconds, positive and at most an hour.
 pub fn iter_time_arg(s: &str) -> Result<f64, String> {
     let ms: f64 = s.trim().parse().map_err(|_| {
-        format!("--iter-time={}: expected milliseconds", cclkit_runtime::config::shown(s))
+        format!(
+            "--iter-time={}: expected milliseconds",
+            cclkit_runtime::config::shown(s)
+        )
     })?;
     if !ms.is_finite() || ms <= 0.0 || ms > 3_600_000.0 {
-        return Err(format!("--iter-time={ms}: expected milliseconds in (0, 3600000]"));
+        return Err(format!(
+            "--iter-time={ms}: expected milliseconds in (0, 3600000]"
+        ));
     }
     Ok(ms)
 }

@@ -94,44 +94,75 @@ fn rules(a: &DiffArgs, pa: &std::path::Path, pb: &std::path::Path) -> Result<usi
 
 /// Joins regions that differ only in adjacent rank (or node) counts: the semantic
 /// diff cuts every dimension at every boundary either file mentions, even where
-/// the cut changes nothing.
-fn merge(mut v: Vec<config::Difference>) -> Vec<config::Difference> {
-    let adjacent = |a: config::Interval, b: config::Interval| a.hi != u64::MAX && a.hi + 1 == b.lo;
+/// the cut changes nothing. Near-linear: regions are grouped by everything but the
+/// dimension being joined, sorted along it, and runs of adjacent ones joined; rank
+/// and node passes alternate until nothing changes. The order of first appearance
+/// is kept.
+fn merge(v: Vec<config::Difference>) -> Vec<config::Difference> {
+    let mut items: Vec<(usize, config::Difference)> = v.into_iter().enumerate().collect();
     loop {
-        let mut joined = None;
-        'find: for i in 0..v.len() {
-            for j in 0..v.len() {
-                let (x, y) = (&v[i], &v[j]);
-                let same = x.collective == y.collective
-                    && x.bytes == y.bytes
-                    && x.pipe_ops == y.pipe_ops
-                    && x.reg_buff == y.reg_buff
-                    && x.before == y.before
-                    && x.after == y.after;
-                if !same {
-                    continue;
+        let before = items.len();
+        items = join_along(items, false);
+        items = join_along(items, true);
+        if items.len() == before {
+            items.sort_by_key(|(i, _)| *i);
+            return items.into_iter().map(|(_, d)| d).collect();
+        }
+    }
+}
+
+/// What must be equal for two regions to be joined (the line of a decision does
+/// not count, as in `Outcome`'s equality), plus the other count dimension.
+fn join_key(d: &config::Difference, nodes: bool) -> String {
+    let o = |x: &Option<config::Outcome>| {
+        x.map(|o| format!("{:?}", (o.algorithm, o.protocol, o.channels, o.chunk_size)))
+    };
+    let other = if nodes { d.ranks } else { d.nodes };
+    format!(
+        "{:?}",
+        (
+            d.collective,
+            (d.bytes.lo, d.bytes.hi),
+            (d.pipe_ops.lo, d.pipe_ops.hi),
+            d.reg_buff,
+            o(&d.before),
+            o(&d.after),
+            (other.lo, other.hi),
+        )
+    )
+}
+
+/// One pass: joins runs of regions adjacent along nodes (`nodes`) or ranks.
+fn join_along(
+    items: Vec<(usize, config::Difference)>,
+    nodes: bool,
+) -> Vec<(usize, config::Difference)> {
+    let dim = |d: &config::Difference| if nodes { d.nodes } else { d.ranks };
+    let mut groups: std::collections::HashMap<String, Vec<(usize, config::Difference)>> =
+        std::collections::HashMap::new();
+    for it in items {
+        groups.entry(join_key(&it.1, nodes)).or_default().push(it);
+    }
+    let mut out = Vec::new();
+    for (_, mut g) in groups {
+        g.sort_by_key(|(_, d)| (dim(d).lo, dim(d).hi));
+        let mut cur: Option<(usize, config::Difference)> = None;
+        for (i, d) in g {
+            match &mut cur {
+                Some((ci, c)) if dim(c).hi != u64::MAX && dim(c).hi + 1 == dim(&d).lo => {
+                    *ci = (*ci).min(i);
+                    if nodes {
+                        c.nodes.hi = d.nodes.hi;
+                    } else {
+                        c.ranks.hi = d.ranks.hi;
+                    }
                 }
-                if x.nodes == y.nodes && adjacent(x.ranks, y.ranks) {
-                    joined = Some((i, j, false));
-                    break 'find;
-                }
-                if x.ranks == y.ranks && adjacent(x.nodes, y.nodes) {
-                    joined = Some((i, j, true));
-                    break 'find;
-                }
+                _ => out.extend(cur.replace((i, d))),
             }
         }
-        let Some((i, j, nodes)) = joined else {
-            return v;
-        };
-        let hi = if nodes { v[j].nodes.hi } else { v[j].ranks.hi };
-        if nodes {
-            v[i].nodes.hi = hi;
-        } else {
-            v[i].ranks.hi = hi;
-        }
-        v.remove(j);
+        out.extend(cur);
     }
+    out
 }
 
 /// Decision tables for one communicator; returns the number of regions printed.

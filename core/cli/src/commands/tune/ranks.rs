@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use cclkit_abi::raw::common::{DataType, Func, RedOp};
 
-use cclkit_runtime::{BootstrapRoot, UniqueId, random_u64};
 use cclkit_runtime::tune::Decision;
+use cclkit_runtime::{BootstrapRoot, UniqueId, random_u64};
 use cclkit_runtime::{Comm, Config, world};
 
 /// Time the other ranks get to notice a failed rank before they are killed.

@@ -1,6 +1,6 @@
 //! `cclkit tune show`: a tuner's decision table over collectives × sizes, computed
 //! exactly as the reference runtime would for a communicator of the given shape,
-//! with every call going through the tuner's real ABI (v1 … v6). No GPU, no network.
+//! with every call going through the tuner's real ABI (v1 … v7). No GPU, no network.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

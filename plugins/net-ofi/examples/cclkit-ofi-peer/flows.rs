@@ -1,12 +1,13 @@
 //! Connection setup and message pumps shared by the scenarios.
 
 use std::collections::VecDeque;
-use std::ffi::c_void;
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
+use cclkit_host::net::{ConnectHandle, ListenComm, Mr, RecvBuffer, RecvComm, Request, SendComm};
+
+use crate::net::{Net, R, Side, err};
 use crate::pattern;
-use crate::table::{Close, Net, R};
 
 /// How long any single wait may take before the peer gives up.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -37,7 +38,7 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// Inverse of [`hex`].
-pub fn unhex(s: &str) -> R<[u8; 128]> {
+pub fn unhex(s: &str) -> R<ConnectHandle> {
     let mut out = [0u8; 128];
     if s.len() != 256 {
         return Err(format!("handle hex of {} chars", s.len()));
@@ -53,16 +54,10 @@ pub struct Link {
     /// The plugin.
     pub net: Net,
     /// Send comm to the peer.
-    pub send: *mut c_void,
+    pub send: SendComm,
     /// Receive comm from the peer.
-    pub recv: *mut c_void,
+    pub recv: RecvComm,
 }
-
-// SAFETY: NCCL may drive different comms of one plugin from different threads;
-// the pointers are opaque handles only the plugin dereferences.
-unsafe impl Sync for Link {}
-// SAFETY: as above.
-unsafe impl Send for Link {}
 
 /// Fails with `what` once `deadline` has passed.
 pub fn check_deadline(deadline: Instant, what: &str) -> R<()> {
@@ -74,27 +69,30 @@ pub fn check_deadline(deadline: Instant, what: &str) -> R<()> {
 
 /// Connects to `peer` and accepts from `listen`, interleaving the non-blocking
 /// calls as NCCL's proxy does.
-pub fn join(net: Net, listen: *mut c_void, mut peer: [u8; 128]) -> R<Link> {
+pub fn join(net: Net, mut listen: ListenComm, peer: ConnectHandle) -> R<Link> {
     let deadline = Instant::now() + WAIT;
-    let (mut send, mut recv): (*mut c_void, *mut c_void) =
-        (std::ptr::null_mut(), std::ptr::null_mut());
-    while send.is_null() || recv.is_null() {
-        if send.is_null() {
-            send = net.connect(0, &mut peer)?;
+    let mut connecting = net.connect(0, &peer);
+    let (mut send, mut recv) = (None, None);
+    loop {
+        if send.is_none() {
+            send = connecting.poll().map_err(err)?;
         }
-        if recv.is_null() {
-            recv = net.accept(listen)?;
+        if recv.is_none() {
+            recv = listen.accept().map_err(err)?;
+        }
+        if let (Some(_), Some(_)) = (&send, &recv)
+            && let (Some(send), Some(recv)) = (send.take(), recv.take())
+        {
+            listen.close().map_err(err)?;
+            return Ok(Link { net, send, recv });
         }
         check_deadline(deadline, "connect/accept")?;
     }
-    net.close(Close::Listen, listen)?;
-    Ok(Link { net, send, recv })
 }
 
 /// Listens, swaps handles with the peer through the parent, and connects both ways.
 pub fn link(net: Net) -> R<Link> {
-    let mut handle = [0u8; 128];
-    let listen = net.listen(0, &mut handle)?;
+    let (handle, listen) = net.listen(0)?;
     say(&format!("HANDLE {}", hex(&handle)));
     let line = hear()?;
     let peer = unhex(line.strip_prefix("PEER ").ok_or("expected PEER line")?)?;
@@ -117,114 +115,123 @@ const SLACK: usize = 13;
 const SENTINEL: u8 = 0xee;
 
 struct Flight {
-    req: *mut c_void,
-    mhs: Vec<*mut c_void>,
+    req: Request,
+    mrs: Vec<Mr>,
     bufs: Vec<Vec<u8>>,
     msgs: Vec<Msg>,
 }
 
 /// Sends `msgs` in order with at most `window` in flight.
-pub fn send_all(net: &Net, comm: *mut c_void, seed: u64, msgs: &[Msg], window: usize) -> R<()> {
+pub fn send_all(comm: &mut SendComm, seed: u64, msgs: &[Msg], window: usize) -> R<()> {
     let groups: Vec<Vec<Msg>> = msgs.iter().map(|m| vec![*m]).collect();
-    pump(net, comm, seed, &groups, window, true)
+    pump(Side::Send(comm), seed, &groups, window)
 }
 
 /// Receives `groups` (one `irecv` per group) with at most `window` in flight and
 /// checks every size and byte.
-pub fn recv_all(
-    net: &Net,
-    comm: *mut c_void,
-    seed: u64,
-    groups: &[Vec<Msg>],
-    window: usize,
-) -> R<()> {
-    pump(net, comm, seed, groups, window, false)
+pub fn recv_all(comm: &mut RecvComm, seed: u64, groups: &[Vec<Msg>], window: usize) -> R<()> {
+    pump(Side::Recv(comm), seed, groups, window)
 }
 
-fn pump(
-    net: &Net,
-    comm: *mut c_void,
-    seed: u64,
-    groups: &[Vec<Msg>],
-    window: usize,
-    send: bool,
-) -> R<()> {
+/// Posts one flight: an `isend` of its single message or an `irecv` of its group.
+/// `None` = the plugin cannot take it now (its registrations are released).
+fn post(side: &mut Side<'_>, seed: u64, msgs: &[Msg]) -> R<Option<Flight>> {
+    let send = side.is_send();
+    let mut bufs = Vec::new();
+    let mut mrs = Vec::new();
+    for m in msgs {
+        let mut b = if send {
+            let mut b = vec![0u8; m.size];
+            pattern::fill(seed, m.id, &mut b);
+            b
+        } else {
+            vec![SENTINEL; m.size + SLACK]
+        };
+        // SAFETY: the buffer lives in the flight (its heap memory does not move when
+        // the Vec does) until the registration is released in `finish`.
+        mrs.push(unsafe { side.reg_mr(&mut b) }?);
+        bufs.push(b);
+    }
+    // SAFETY: the buffers stay in the flight, untouched, until its request completed.
+    let req = unsafe {
+        match side {
+            Side::Send(c) => c.isend(bufs[0].as_ptr(), msgs[0].size, msgs[0].tag, Some(&mrs[0])),
+            Side::Recv(c) => {
+                let spec: Vec<RecvBuffer<'_>> = bufs
+                    .iter_mut()
+                    .zip(msgs)
+                    .zip(&mrs)
+                    .map(|((b, m), mr)| RecvBuffer {
+                        data: b.as_mut_ptr(),
+                        size: b.len(),
+                        tag: m.tag,
+                        mr: Some(mr),
+                    })
+                    .collect();
+                c.irecv(&spec, false)
+            }
+        }
+    }
+    .map_err(err)?;
+    match req {
+        Some(req) => Ok(Some(Flight {
+            req,
+            mrs,
+            bufs,
+            msgs: msgs.to_vec(),
+        })),
+        None => {
+            mrs.into_iter().try_for_each(|mr| side.dereg_mr(mr))?;
+            Ok(None)
+        }
+    }
+}
+
+fn pump(mut side: Side<'_>, seed: u64, groups: &[Vec<Msg>], window: usize) -> R<()> {
     let mut q: VecDeque<Flight> = VecDeque::new();
     let mut next = 0;
     let mut deadline = Instant::now() + WAIT;
     while next < groups.len() || !q.is_empty() {
         while q.len() < window && next < groups.len() {
-            let msgs = groups[next].clone();
-            let mut bufs = Vec::new();
-            let mut mhs = Vec::new();
-            for m in &msgs {
-                let mut b = if send {
-                    let mut b = vec![0u8; m.size];
-                    pattern::fill(seed, m.id, &mut b);
-                    b
-                } else {
-                    vec![SENTINEL; m.size + SLACK]
-                };
-                mhs.push(net.reg_mr(comm, b.as_mut_ptr(), b.len())?);
-                bufs.push(b);
-            }
-            let req = if send {
-                net.isend(
-                    comm,
-                    bufs[0].as_mut_ptr(),
-                    msgs[0].size,
-                    msgs[0].tag,
-                    mhs[0],
-                )?
-            } else {
-                let spec: Vec<_> = bufs
-                    .iter_mut()
-                    .zip(&msgs)
-                    .zip(&mhs)
-                    .map(|((b, m), mh)| (b.as_mut_ptr(), b.len(), m.tag, *mh))
-                    .collect();
-                net.irecv(comm, &spec)?
-            };
-            if req.is_null() {
-                for mh in mhs {
-                    net.dereg_mr(comm, mh)?;
-                }
+            let Some(f) = post(&mut side, seed, &groups[next])? else {
                 break;
-            }
-            q.push_back(Flight {
-                req,
-                mhs,
-                bufs,
-                msgs,
-            });
+            };
+            q.push_back(f);
             next += 1;
         }
         let mut i = 0;
         while i < q.len() {
-            let n = q[i].msgs.len();
-            match net.test(q[i].req, n)? {
+            match side.test(&mut q[i].req)? {
                 None => i += 1,
                 Some(sizes) => {
                     let f = q.remove(i).ok_or("flight vanished")?;
-                    finish(net, comm, seed, f, &sizes, send)?;
+                    finish(&mut side, seed, f, &sizes)?;
                     deadline = Instant::now() + WAIT;
                 }
             }
         }
-        check_deadline(deadline, if send { "sends" } else { "receives" })?;
+        let what = if side.is_send() { "sends" } else { "receives" };
+        check_deadline(deadline, what)?;
     }
     Ok(())
 }
 
-fn finish(net: &Net, comm: *mut c_void, seed: u64, f: Flight, sizes: &[i32], send: bool) -> R<()> {
+fn finish(side: &mut Side<'_>, seed: u64, f: Flight, sizes: &[usize]) -> R<()> {
+    if sizes.len() != f.msgs.len() {
+        return Err(format!(
+            "test reported {} sizes for {} buffers",
+            sizes.len(),
+            f.msgs.len()
+        ));
+    }
     for (j, m) in f.msgs.iter().enumerate() {
-        if sizes[j] != m.size as i32 {
+        if sizes[j] != m.size {
             return Err(format!(
                 "message {} (tag {}): test reported {} bytes, expected {}",
                 m.id, m.tag, sizes[j], m.size
             ));
         }
-        if !send {
+        if !side.is_send() {
             let b = &f.bufs[j];
             if let Some(at) = pattern::first_mismatch(seed, m.id, &b[..m.size]) {
                 return Err(format!(
@@ -240,17 +247,14 @@ fn finish(net: &Net, comm: *mut c_void, seed: u64, f: Flight, sizes: &[i32], sen
             }
         }
     }
-    for mh in f.mhs {
-        net.dereg_mr(comm, mh)?;
-    }
-    Ok(())
+    f.mrs.into_iter().try_for_each(|mr| side.dereg_mr(mr))
 }
 
 /// Waits until `req` completes, returning its sizes.
-pub fn wait(net: &Net, req: *mut c_void, n: usize) -> R<Vec<i32>> {
+pub fn wait(mut side: Side<'_>, mut req: Request) -> R<Vec<usize>> {
     let deadline = Instant::now() + WAIT;
     loop {
-        if let Some(s) = net.test(req, n)? {
+        if let Some(s) = side.test(&mut req)? {
             return Ok(s);
         }
         check_deadline(deadline, "request")?;
@@ -259,26 +263,32 @@ pub fn wait(net: &Net, req: *mut c_void, n: usize) -> R<Vec<i32>> {
 
 /// One-byte handshake: the receiving side of `data` tells the sender it is done,
 /// so the sender never tears down before its data has arrived.
-pub fn fin(link: &Link, i_am_receiver: bool) -> R<()> {
+pub fn fin(link: &mut Link, i_am_receiver: bool) -> R<()> {
     let mut byte = [1u8; 1];
-    let req = if i_am_receiver {
-        link.net
-            .isend(link.send, byte.as_mut_ptr(), 1, 999, std::ptr::null_mut())?
-    } else {
-        link.net.irecv(
-            link.recv,
-            &[(byte.as_mut_ptr(), 1, 999, std::ptr::null_mut())],
-        )?
+    let data = byte.as_mut_ptr();
+    // SAFETY: `byte` outlives the request, which is waited for below.
+    let (side, req) = unsafe {
+        if i_am_receiver {
+            let r = link.send.isend(data, 1, 999, None);
+            (Side::Send(&mut link.send), r)
+        } else {
+            let one = RecvBuffer {
+                data,
+                size: 1,
+                tag: 999,
+                mr: None,
+            };
+            let r = link.recv.irecv(&[one], false);
+            (Side::Recv(&mut link.recv), r)
+        }
     };
-    if req.is_null() {
-        return Err("fin: request not accepted".into());
-    }
-    wait(&link.net, req, 1).map(drop)
+    let req = req.map_err(err)?.ok_or("fin: request not accepted")?;
+    wait(side, req).map(drop)
 }
 
 /// Closes both comms and finalizes.
 pub fn close(link: Link) -> R<()> {
-    link.net.close(Close::Send, link.send)?;
-    link.net.close(Close::Recv, link.recv)?;
+    link.send.close().map_err(err)?;
+    link.recv.close().map_err(err)?;
     link.net.finalize()
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cclkit_net_ofi::fabric::{Av, Cq, Domain, Endpoint, Fabric, Hints, MemIface, Mr, getinfo};
 use cclkit_net_ofi::sys;
 
-use crate::table::{Abi, Net, R};
+use crate::net::{Abi, Net, R};
 use crate::{flows, stream};
 
 /// In-flight transfers per direction (NCCL_STEPS).
@@ -49,23 +49,23 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
         "RAWADDR {}",
         flows::hex(&raw.ep.name().map_err(|e| e.to_string())?)
     ));
-    let link = flows::link(Net::init(Abi::V12)?)?;
+    let mut link = flows::link(Net::init(Abi::V12)?)?;
     let line = flows::hear()?;
     raw.connect(&unhex_name(
         line.strip_prefix("RAWPEER ").ok_or("RAWPEER line")?,
     )?)?;
-    let mut plugin = stream::PluginStream::new(&link, sender, size, WINDOW)?;
+    let mut plugin = stream::PluginStream::new(&mut link, sender, size, WINDOW)?;
 
     raw.phase(WINDOW * 2)?;
-    plugin.phase(&link, WINDOW * 2)?;
+    plugin.phase(&mut link, WINDOW * 2)?;
     let (mut t_raw, mut t_plugin) = (Duration::ZERO, Duration::ZERO);
     let mut ratios = Vec::new();
     for round in 0..rounds {
         let (r, p) = if round % 2 == 0 {
             let r = raw.phase(count)?;
-            (r, plugin.phase(&link, count)?)
+            (r, plugin.phase(&mut link, count)?)
         } else {
-            let p = plugin.phase(&link, count)?;
+            let p = plugin.phase(&mut link, count)?;
             (raw.phase(count)?, p)
         };
         t_raw += r;
@@ -84,7 +84,7 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
             ratios[ratios.len() - 1]
         ));
     }
-    plugin.close(&link)?;
+    plugin.close(&mut link)?;
     flows::close(link)
 }
 

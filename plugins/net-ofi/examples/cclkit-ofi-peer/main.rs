@@ -1,9 +1,11 @@
 //! Test and benchmark peer for cclkit-net-ofi.
 //!
 //! It links the plugin's rlib and drives the exported `ncclNetPlugin_v8` /
-//! `ncclNetPlugin_v12` statics through their raw function pointers, exactly as
-//! NCCL does. The integration tests and the benchmark start two of these and
-//! relay their listen handles (`HANDLE <hex>` on stdout → `PEER <hex>` on stdin).
+//! `ncclNetPlugin_v12` statics through `cclkit-host`'s adapters, as NCCL drives
+//! them. The integration tests and the benchmark start two of these and relay their
+//! listen handles (`HANDLE <hex>` on stdout → `PEER <hex>` on stdin). It is an
+//! example, not a binary, so that it may use the host (a dev-dependency): `cargo
+//! test -p cclkit-net-ofi` builds it into `target/<profile>/examples/`.
 //!
 //! ```text
 //! cclkit-ofi-peer transfer <8|12> <send|recv> <seed> <rounds>
@@ -18,12 +20,12 @@
 
 mod flows;
 mod mixed;
+mod net;
 mod pattern;
 mod scenarios;
 mod stream;
-mod table;
 
-use table::{Abi, R};
+use net::{Abi, R};
 
 fn abi(s: Option<&String>) -> R<Abi> {
     match s.map(String::as_str) {

@@ -1,0 +1,265 @@
+//! `cclkit perf --profile DIR` with the packaged trace profiler
+//! (`libnccl-profiler-cclkit.so`): every rank's Chrome-trace JSON parses and holds,
+//! for each collective, the tree NCCL builds — GroupApi → CollApi → Coll → ProxyOp →
+//! ProxyStep, with Group as `parentGroup` — with exact step numbering, step states
+//! and byte counts.
+
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rand::Rng;
+use serde_json::Value;
+
+fn perf(args: &[&str], lib_dir: &std::path::Path) -> Output {
+    perf_env(args, lib_dir, &[])
+}
+
+fn perf_env(args: &[&str], lib_dir: &std::path::Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
+    cmd.arg("perf")
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CCLKIT_LIB_DIR", lib_dir)
+        .env("NCCL_NET_PLUGIN", "none")
+        .env("NCCL_TUNER_PLUGIN", "none")
+        .env("CCLKIT_PROFILE_SUMMARY", "0")
+        .env("CCLKIT_OP_TIMEOUT", "60")
+        .env("CCLKIT_BOOTSTRAP_TIMEOUT", "60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let child = cmd.spawn().expect("spawn cclkit");
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(out) => out.expect("cclkit output"),
+        Err(_) => {
+            // SAFETY: kill(2) of the process group we created for this child.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            panic!("cclkit perf {args:?} did not finish within 120 s");
+        }
+    }
+}
+
+/// One complete ("X") slice of a trace.
+#[derive(Debug, Clone)]
+struct Slice {
+    cat: String,
+    name: String,
+    args: Value,
+}
+
+impl Slice {
+    fn id(&self) -> u64 {
+        self.args["id"].as_u64().expect("every slice has args.id")
+    }
+    fn parent(&self) -> Option<u64> {
+        self.args["parent"].as_u64()
+    }
+    fn states(&self) -> Vec<String> {
+        self.args["states"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| s["state"].as_str().unwrap_or("?").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn slices(path: &std::path::Path) -> Vec<Slice> {
+    let text = std::fs::read_to_string(path).expect("read trace");
+    let v: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    v["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| Slice {
+            cat: e["cat"].as_str().unwrap_or_default().to_owned(),
+            name: e["name"].as_str().unwrap_or_default().to_owned(),
+            args: e["args"].clone(),
+        })
+        .collect()
+}
+
+#[test]
+fn two_rank_trace_holds_the_event_tree_of_each_collective() {
+    let lib = cclkit_tests::plugin("libnccl-profiler-cclkit.so");
+    let lib_dir = lib.parent().expect("lib dir").to_owned();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A random number of floats, the same for every collective; a multiple of 128 so
+    // each rank's AllGather half survives perf's element alignment unchanged.
+    let count: usize = rand::rng().random_range(3..64) * 128;
+    let size = (count * 4).to_string();
+    let prof = dir.path().join("prof");
+    let out = perf(
+        &[
+            "--np",
+            "2",
+            "all_reduce,broadcast,all_gather",
+            "-b",
+            &size,
+            "-e",
+            &size,
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--profile",
+            prof.to_str().expect("utf-8"),
+        ],
+        &lib_dir,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "cclkit perf failed: {err}");
+    let mut files: Vec<_> = std::fs::read_dir(&prof)
+        .expect("profile dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "one trace per rank: {files:?}");
+    for (rank, f) in files.iter().enumerate() {
+        assert!(
+            f.to_string_lossy().ends_with(&format!("-rank{rank}.json")),
+            "{f:?}"
+        );
+        check_rank(rank, &slices(f), count);
+    }
+}
+
+fn check_rank(rank: usize, all: &[Slice], count: usize) {
+    let by_id: HashMap<u64, &Slice> = all.iter().map(|s| (s.id(), s)).collect();
+    let children = |id: u64, cat: &str| -> Vec<&Slice> {
+        all.iter()
+            .filter(|s| s.cat == cat && s.parent() == Some(id))
+            .collect()
+    };
+    // Bytes per Coll (count × datatype size: the runtime's broadcast moves bytes).
+    for (func, expect_bytes) in [
+        ("AllReduce", count * 4),
+        ("Broadcast", count * 4),
+        // perf's size is the gathered buffer: each rank contributes half.
+        ("AllGather", count * 2),
+    ] {
+        let colls: Vec<&Slice> = all
+            .iter()
+            .filter(|s| s.cat == "Coll" && s.name == func)
+            .collect();
+        assert!(!colls.is_empty(), "rank {rank}: no {func} Coll event");
+        for c in colls {
+            assert_eq!(
+                c.args["bytes"].as_u64(),
+                Some(expect_bytes as u64),
+                "rank {rank}: {c:?}"
+            );
+            // Coll → CollApi → GroupApi (profiler v7: NCCL's hierarchy).
+            let api = by_id[&c.parent().expect("Coll has a parent")];
+            assert_eq!(
+                (api.cat.as_str(), &api.args["count"]),
+                ("CollApi", &c.args["count"])
+            );
+            let group_api = by_id[&api.parent().expect("CollApi has a parent")];
+            assert_eq!(group_api.cat, "GroupApi");
+            assert_eq!(
+                group_api.states(),
+                ["GroupStartApiStop", "GroupEndApiStart"]
+            );
+            let ops = children(c.id(), "ProxyOp");
+            assert!(
+                ops.iter()
+                    .any(|o| o.args["peer"].as_u64() == Some(1 - rank as u64)),
+                "rank {rank}: {func} has no ProxyOp to the peer"
+            );
+            let mut bytes = [0u64; 2];
+            for op in &ops {
+                let send = op.name.starts_with("ProxyOp send");
+                let steps = children(op.id(), "ProxyStep");
+                assert_eq!(
+                    steps.len() as u64,
+                    op.args["nSteps"].as_u64().expect("nSteps"),
+                    "{op:?}"
+                );
+                for (i, st) in steps.iter().enumerate() {
+                    assert_eq!(st.args["step"].as_u64(), Some(i as u64));
+                    let want: [&str; 2] = if send {
+                        ["ProxyStepSendGPUWait", "ProxyStepSendWait"]
+                    } else {
+                        ["ProxyStepRecvWait", "ProxyStepRecvGPUWait"]
+                    };
+                    assert_eq!(st.states(), want, "{st:?}");
+                    bytes[usize::from(send)] += st.args["bytes"].as_u64().expect("bytes");
+                }
+            }
+            let total = (count * 4) as u64;
+            match func {
+                // Two ranks: the root sends the whole buffer, the other receives it.
+                "Broadcast" if rank == 0 => assert_eq!(bytes, [0, total]),
+                "Broadcast" => assert_eq!(bytes, [total, 0]),
+                // Each rank sends its half and receives the other half.
+                "AllGather" => assert_eq!(bytes, [total / 2, total / 2]),
+                _ => assert!(bytes[0] > 0 && bytes[1] > 0, "{func}: {bytes:?}"),
+            }
+        }
+    }
+    // Every task has a Group event beside it.
+    assert!(
+        all.iter().any(|s| s.cat == "Group"),
+        "rank {rank}: no Group event"
+    );
+}
+
+/// A profiler that declines every event (NULL handles everywhere), and one whose
+/// `init` fails: the runtime runs on with correct results either way.
+#[test]
+fn null_handles_and_failed_init_are_tolerated() {
+    let plugins = cclkit_tests::cplugin::Plugins::new();
+    let size = (rand::rng().random_range(100..3000usize) * 4).to_string();
+    for (name, define) in [
+        ("libdecline.so", "DECLINE=0xffff"),
+        ("libfail.so", "FAIL_INIT"),
+    ] {
+        let lib = plugins.with_header(name, "profiler/profiler_mock.c", &[define]);
+        let out = perf_env(
+            &[
+                "--np",
+                "2",
+                "all_reduce,all_gather",
+                "-b",
+                &size,
+                "-e",
+                &size,
+                "-n",
+                "2",
+                "-w",
+                "1",
+            ],
+            std::path::Path::new("/nonexistent"),
+            &[("NCCL_PROFILER_PLUGIN", lib.to_str().expect("utf-8"))],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{define}: {err}");
+        assert!(
+            text.contains("Out of bounds values : 0 OK"),
+            "{define}: {text}"
+        );
+        if define == "FAIL_INIT" {
+            assert!(
+                err.contains("init returned"),
+                "{define}: the failed init is reported: {err}"
+            );
+        }
+    }
+}
