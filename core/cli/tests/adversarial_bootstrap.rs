@@ -43,7 +43,13 @@ fn rank(r: usize, n: usize, master_port: u16) -> Child {
 
 /// Runs an `n`-rank job with `strays` opened against its root first; returns how
 /// long the ranks took after the strays were in place.
-fn job_with_strays(n: usize, strays: impl FnOnce(SocketAddr) -> Vec<TcpStream>) -> Duration {
+/// `junk`: a stray sent bytes with a wrong magic, which is dropped (and logged) at
+/// once; silent ones may outlive a fast job.
+fn job_with_strays(
+    n: usize,
+    junk: bool,
+    strays: impl FnOnce(SocketAddr) -> Vec<TcpStream>,
+) -> Duration {
     let root_port = free_port();
     let root: SocketAddr = ([127, 0, 0, 1], root_port).into();
     let mut ranks = vec![rank(0, n, root_port - 1)];
@@ -67,10 +73,13 @@ fn job_with_strays(n: usize, strays: impl FnOnce(SocketAddr) -> Vec<TcpStream>) 
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(status.success(), "rank {r}: {status}\n{stdout}\n{stderr}");
         if r == 0 {
-            assert!(stdout.contains("Out of bounds values : 0 OK"), "{stdout}");
-            // Each stray is one WARN naming its peer, never blamed on a rank.
             assert!(
-                stderr.contains("dropped a stray connection from 127.0.0.1:"),
+                stdout.contains("Out of bounds values : 0 OK"),
+                "{n} ranks: {stdout}\n{stderr}"
+            );
+            // A stray is one WARN naming its peer, never blamed on a rank.
+            assert!(
+                !junk || stderr.contains("dropped a stray connection from 127.0.0.1:"),
                 "{stderr}"
             );
         }
@@ -82,10 +91,12 @@ fn job_with_strays(n: usize, strays: impl FnOnce(SocketAddr) -> Vec<TcpStream>) 
 /// What a clean job of this size may take here, plus the 2 s header deadline.
 const BOUND: Duration = Duration::from_secs(12);
 
+/// One test, so its jobs never run at once: each job's root port is picked free
+/// just before use, and a second job's flood could take it.
 #[test]
-fn silent_and_short_connections_do_not_stall_two_and_four_rank_jobs() {
+fn silent_short_and_flooding_connections_do_not_stall_jobs() {
     for n in [2, 4] {
-        let took = job_with_strays(n, |root| {
+        let took = job_with_strays(n, true, |root| {
             let silent = TcpStream::connect(root).unwrap();
             let mut short = TcpStream::connect(root).unwrap();
             short.write_all(&[1u8; 10]).unwrap();
@@ -95,14 +106,10 @@ fn silent_and_short_connections_do_not_stall_two_and_four_rank_jobs() {
         });
         assert!(took < BOUND, "{n} ranks: {took:?}");
     }
-}
-
-#[test]
-fn a_flood_of_connections_does_not_stall_a_job() {
-    let took = job_with_strays(2, |root| {
+    let took = job_with_strays(2, false, |root| {
         (0..400)
             .filter_map(|_| TcpStream::connect(root).ok())
             .collect()
     });
-    assert!(took < BOUND, "{took:?}");
+    assert!(took < BOUND, "flood: {took:?}");
 }

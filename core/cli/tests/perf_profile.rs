@@ -263,3 +263,74 @@ fn null_handles_and_failed_init_are_tolerated() {
         }
     }
 }
+
+/// With the packaged socket plugin (net v10+, which gets the profiler callback), every
+/// send proxy step of a 2-rank run carries the socket's own network event: one
+/// NetPlugin event per `isend`, nested under the step that posted it, with the bytes
+/// that step handed to the network (Simple protocol: wire bytes = data bytes).
+#[test]
+fn socket_net_events_nest_under_send_proxy_steps() {
+    let lib = cclkit_tests::plugin("libnccl-profiler-cclkit.so");
+    let net = cclkit_tests::plugin("libnccl-net-cclkit-socket.so");
+    let lib_dir = lib.parent().expect("lib dir").to_owned();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let size = (rand::rng().random_range(100..5000usize) * 4).to_string();
+    let prof = dir.path().join("prof");
+    let out = perf_env(
+        &[
+            "--np",
+            "2",
+            "all_reduce",
+            "-b",
+            &size,
+            "-e",
+            &size,
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--net",
+            net.to_str().expect("utf-8"),
+            "--profile",
+            prof.to_str().expect("utf-8"),
+        ],
+        &lib_dir,
+        &[("NCCL_PROTO", "Simple"), ("NCCL_SOCKET_IFNAME", "lo")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "cclkit perf failed: {err}");
+    for rank in 0..2 {
+        let f = std::fs::read_dir(&prof)
+            .expect("profile dir")
+            .map(|e| e.expect("entry").path())
+            .find(|p| p.to_string_lossy().ends_with(&format!("-rank{rank}.json")))
+            .unwrap_or_else(|| panic!("no trace for rank {rank}"));
+        let all = slices(&f);
+        let by_id: HashMap<u64, &Slice> = all.iter().map(|s| (s.id(), s)).collect();
+        let nets: Vec<&Slice> = all.iter().filter(|s| s.cat == "NetPlugin").collect();
+        let mut send_steps = 0;
+        for st in all.iter().filter(|s| s.cat == "ProxyStep") {
+            let op = by_id[&st.parent().expect("ProxyStep has a parent")];
+            let under: Vec<&&Slice> = nets.iter().filter(|n| n.parent() == Some(st.id())).collect();
+            if !op.name.starts_with("ProxyOp send") {
+                continue;
+            }
+            send_steps += 1;
+            assert_eq!(under.len(), 1, "rank {rank}: one isend per send step: {st:?}");
+            assert_eq!(
+                under[0].args["bytes"], st.args["bytes"],
+                "rank {rank}: the socket moved the step's bytes: {st:?} {:?}",
+                under[0]
+            );
+        }
+        assert!(send_steps > 0, "rank {rank}: no send proxy step");
+        // Every network event hangs under a proxy step (never a dangling parent).
+        for n in &nets {
+            let p = n.parent().and_then(|p| by_id.get(&p));
+            assert!(
+                p.is_some_and(|p| p.cat == "ProxyStep"),
+                "rank {rank}: NetPlugin event without a ProxyStep parent: {n:?}"
+            );
+        }
+    }
+}

@@ -10,6 +10,7 @@
 //! | [`symbols`] | versioned symbols a library exports; what each NCCL release picks |
 //! | [`net`] | [`net::NetPlugin`] → [`net::NetContext`] → comms and requests |
 //! | [`tuner`] | [`tuner::TunerPlugin`] → [`tuner::TunerContext`] |
+//! | [`env`] | `NCCL_ENV_PLUGIN`: [`env::EnvPlugin`] `init` / `getEnv` / `finalize` |
 //! | [`select`] | the walk NCCL does per communicator, keeping every attempt |
 //! | [`logger`] | the C-variadic `ncclDebugLogger_t` → `tracing` |
 //!
@@ -52,6 +53,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod config;
+pub mod env;
 pub mod log;
 pub mod error;
 pub mod guard;

@@ -14,8 +14,11 @@
 //! `*request == NULL` from `isend`/`irecv` means "not now": the same post is retried.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use cclkit_abi::raw::common::Protocol;
+use cclkit_host::profiler::callback::StepHandle;
+use cclkit_host::profiler::{EventHandle, ProfilerContext};
 
 use super::device::{self, Placement, SlotMem};
 use super::error::{Error, Result, net_err};
@@ -73,6 +76,29 @@ pub struct Expect {
     pub group: usize,
 }
 
+/// A send step event handed to the FIFO slot holding its data: the net plugin nests
+/// the request's events under it (the handle stays at its address in the slot until
+/// the request completes), and the slot stops it when the send completes, as NCCL's
+/// send step ends.
+pub(crate) struct SlotStep {
+    handle: StepHandle,
+    ctx: Arc<ProfilerContext>,
+}
+
+impl SlotStep {
+    /// Step `step` of `ctx`, now owned by the slot.
+    pub(crate) fn new(ctx: Arc<ProfilerContext>, step: EventHandle) -> Self {
+        Self {
+            handle: StepHandle::new(&ctx, step),
+            ctx,
+        }
+    }
+
+    fn end(&self) {
+        self.ctx.stop(self.handle.step());
+    }
+}
+
 /// The sending direction of one connection.
 pub struct SendConn {
     comm: SendComm,
@@ -88,6 +114,9 @@ struct SendFifo {
     mr: Option<Mr>,
     /// Wire length and group tag of filled slots, by slot.
     filled: Vec<(usize, i32)>,
+    /// Profiler step of each slot; a boxed slice so handles never move while the
+    /// net plugin may hold them.
+    steps: Box<[Option<SlotStep>]>,
     posted: VecDeque<Request>,
     fill: u64,
     post: u64,
@@ -123,6 +152,7 @@ impl SendConn {
             self.fifos[i] = Some(SendFifo {
                 params: *p,
                 filled: vec![(0, 0); p.slots()],
+                steps: (0..p.slots()).map(|_| None).collect(),
                 slots,
                 mr: Some(mr),
                 posted: VecDeque::new(),
@@ -148,12 +178,21 @@ impl SendConn {
         Ok(Some((f.slots.slot(i), f.slots.slot_wire)))
     }
 
-    /// Marks the slot from [`slot_to_fill`](Self::slot_to_fill) filled with `wire` bytes.
-    pub fn filled(&mut self, p: &ProtoParams, wire: usize, group_tag: Option<i32>) -> Result<()> {
+    /// Marks the slot from [`slot_to_fill`](Self::slot_to_fill) filled with `wire` bytes;
+    /// `step` (profiler runs) is the slice's step event, stopped when the send completes.
+    pub(crate) fn filled(
+        &mut self,
+        p: &ProtoParams,
+        wire: usize,
+        group_tag: Option<i32>,
+        step: Option<SlotStep>,
+    ) -> Result<()> {
         let tag = group_tag.unwrap_or(self.tag);
         let f = self.fifo(p)?;
         let i = (f.fill % f.params.slots() as u64) as usize;
         f.filled[i] = (wire, tag);
+        // The slot is free (`slot_to_fill`), so its previous step already ended.
+        f.steps[i] = step;
         f.fill += 1;
         Ok(())
     }
@@ -175,9 +214,13 @@ impl SendConn {
                 let i = (f.post % n) as usize;
                 let (wire, tag) = f.filled[i];
                 let data = f.slots.slot(i);
+                let ph = f.steps[i]
+                    .as_mut()
+                    .map_or(std::ptr::null_mut(), |s| s.handle.as_phandle());
                 // SAFETY: the slot stays untouched until this request completes (the
-                // kernel only refills slots after `done` passes them).
-                match unsafe { comm.isend(data, wire, tag, f.mr.as_ref()) } {
+                // kernel only refills slots after `done` passes them); so does its
+                // step handle, inside the boxed `steps`.
+                match unsafe { comm.isend_profiled(data, wire, tag, f.mr.as_ref(), ph) } {
                     Ok(Some(r)) => {
                         f.posted.push_back(r);
                         f.post += 1;
@@ -191,6 +234,9 @@ impl SendConn {
                 match comm.test(r) {
                     Ok(Some(_)) => {
                         f.posted.pop_front();
+                        if let Some(s) = f.steps[(f.done % n) as usize].take() {
+                            s.end();
+                        }
                         f.done += 1;
                         moved = true;
                     }
@@ -212,7 +258,12 @@ impl Drop for SendConn {
     fn drop(&mut self) {
         for f in self.fifos.iter_mut().flatten() {
             // In-flight requests are released by closing the comm; registrations first.
+            // Their step events end now; the handles stay in place until the comm is
+            // closed (the `comm` field drops before `fifos`).
             f.posted.clear();
+            for s in f.steps.iter().flatten() {
+                s.end();
+            }
             if let Some(mr) = f.mr.take()
                 && let Err(e) = self.comm.dereg_mr(mr)
             {

@@ -29,6 +29,7 @@
 //! | `protocol` | buffer → chunk → slice → step, and the LL/LL128/Simple wire formats |
 //! | `op` | one operation's user buffers and reduction, as the engine sees them |
 //! | `proxy` | the progress engine: slices through FIFOs, reductions via `cclkit-kernels` |
+//! | `profile` | profiler events (GroupApi … ProxyStep) with NCCL's nesting; one branch without a profiler |
 //!
 //! # One collective, from `cclkit perf` to a plugin's `isend`
 //!

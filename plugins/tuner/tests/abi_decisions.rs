@@ -63,6 +63,9 @@ const BROADCAST: [Entry; 3] = [
     (1, 2, 70.0, 1.0, 100.0),
 ];
 
+/// A model-mode case: collective, bytes, its hand table, and NCCL's pick afterwards.
+type Case = (Func, usize, &'static [Entry], (usize, usize));
+
 /// The README's `T = L + nBytes · F / (1000 · BW)` for one operation.
 fn time(e: &Entry, bytes: usize) -> f64 {
     e.2 + bytes as f64 * e.3 / (1000.0 * e.4)
@@ -119,7 +122,7 @@ fn model_mode_matches_the_hand_tables() {
     env.set("NCCL_TUNER_CONFIG_FILE", "/nonexistent/cclkit/none.conf");
     // (collective, bytes, hand table, NCCL's pick afterwards). The winner's hand time
     // and the runner-up's, in µs, on each line.
-    let cases: [(Func, usize, &[Entry], (usize, usize)); 10] = [
+    let cases: [Case; 10] = [
         // tree LL 25.205 < ring LL 28.805
         (Func::ALL_REDUCE, 64, &ALLREDUCE, (0, 0)),
         // tree LL 30.18 < ring LL 33.72

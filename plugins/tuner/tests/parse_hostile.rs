@@ -53,9 +53,36 @@ impl Rng {
 
 /// Pieces a mutation may insert: separators, numbers at the edges, names, junk.
 const PIECES: &[&str] = &[
-    ",", "\n", "=", "\"", "[", "]", "..", "..=", "-1", "0", "18446744073709551616",
-    "99999999999999999999999", "1e309", "K", "G", "ring", "tree", "ll", "ll128", "nvls",
-    "allreduce", "bogus", "#", "\u{0}", "é", " ", "[[rule]]", "size", "nodes", "ranks",
+    ",",
+    "\n",
+    "=",
+    "\"",
+    "[",
+    "]",
+    "..",
+    "..=",
+    "-1",
+    "0",
+    "18446744073709551616",
+    "99999999999999999999999",
+    "1e309",
+    "K",
+    "G",
+    "ring",
+    "tree",
+    "ll",
+    "ll128",
+    "nvls",
+    "allreduce",
+    "bogus",
+    "#",
+    "\u{0}",
+    "é",
+    " ",
+    "[[rule]]",
+    "size",
+    "nodes",
+    "ranks",
 ];
 
 fn mutate(base: &str, rng: &mut Rng) -> String {
@@ -100,7 +127,10 @@ fn mutated_files_never_panic_and_every_diagnostic_names_a_line() {
                     shown.chars().count() <= 600,
                     "{} chars echoed: {}…",
                     shown.len(),
-                    &shown[..shown.char_indices().nth(200).map_or(shown.len(), |(i, _)| i)]
+                    &shown[..shown
+                        .char_indices()
+                        .nth(200)
+                        .map_or(shown.len(), |(i, _)| i)]
                 );
             }
             if p.is_ok() {

@@ -4,3 +4,4 @@
 
 pub use cclkit_tests::cplugin::{Plugins, abi_include, fixture, s};
 pub use cclkit_tests::plugin as rust_plugin;
+pub mod tune;

@@ -29,6 +29,25 @@ impl SendComm {
         tag: i32,
         mr: Option<&Mr>,
     ) -> Result<Option<Request>, NetError> {
+        // SAFETY: forwarded caller contract; a NULL phandle asks for no events.
+        unsafe { self.isend_profiled(data, size, tag, mr, null()) }
+    }
+
+    /// [`isend`](Self::isend) with the request's profiler `phandle` (net v10+; older
+    /// tables have no slot for it and never see it). NULL means "no events".
+    ///
+    /// # Safety
+    /// As [`isend`](Self::isend); `phandle` is NULL or a
+    /// [`StepHandle`](crate::profiler::callback::StepHandle) that stays at its address
+    /// until the request completes or the comm is closed.
+    pub unsafe fn isend_profiled(
+        &mut self,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mr: Option<&Mr>,
+        phandle: *mut c_void,
+    ) -> Result<Option<Request>, NetError> {
         let s = self.comm.shared();
         if let Some(m) = mr {
             self.comm.owns(m.comm, "isend")?;
@@ -47,7 +66,7 @@ impl SendComm {
         };
         let mark = logger::warn_mark();
         // SAFETY: `isend` of the table's version on this comm; the caller
-        // keeps `data` valid; `phandle` (v10+) is NULL (no profiler).
+        // keeps `data` valid and `phandle` (v10+) NULL or live.
         let rc = unsafe {
             match s.raw.get() {
                 TableRef::V6(t) => t
@@ -62,13 +81,13 @@ impl SendComm {
                 TableRef::V9(t) => t.isend.map(|f| Ok(f(c, d, size, tag, mh, &mut req))),
                 TableRef::V10(t) => t
                     .isend
-                    .map(|f| Ok(f(c, d, size, tag, mh, null(), &mut req))),
+                    .map(|f| Ok(f(c, d, size, tag, mh, phandle, &mut req))),
                 TableRef::V11(t) => t
                     .isend
-                    .map(|f| Ok(f(c, d, size, tag, mh, null(), &mut req))),
+                    .map(|f| Ok(f(c, d, size, tag, mh, phandle, &mut req))),
                 TableRef::V12(t) => t
                     .isend
-                    .map(|f| Ok(f(c, d, size, tag, mh, null(), &mut req))),
+                    .map(|f| Ok(f(c, d, size, tag, mh, phandle, &mut req))),
             }
         }
         .ok_or_else(|| s.missing("isend"))??;
@@ -92,26 +111,50 @@ impl RecvComm {
         bufs: &[RecvBuffer<'_>],
         optional_completion: bool,
     ) -> Result<Option<Request>, NetError> {
+        // SAFETY: forwarded caller contract; no phandles ask for no events.
+        unsafe { self.irecv_profiled(bufs, optional_completion, &[]) }
+    }
+
+    /// [`irecv`](Self::irecv) with one profiler `phandle` per buffer (net v10+; older
+    /// tables never see them). `phandles` is empty (all NULL) or one per buffer.
+    ///
+    /// # Safety
+    /// As [`irecv`](Self::irecv); every phandle is NULL or a
+    /// [`StepHandle`](crate::profiler::callback::StepHandle) that stays at its address
+    /// until the request completes or the comm is closed.
+    pub unsafe fn irecv_profiled(
+        &mut self,
+        bufs: &[RecvBuffer<'_>],
+        optional_completion: bool,
+        phandles: &[*mut c_void],
+    ) -> Result<Option<Request>, NetError> {
         let n = self.check_group("irecv", bufs)?;
+        if !phandles.is_empty() && phandles.len() != bufs.len() {
+            return Err(self.comm.shared().refuse(
+                "irecv",
+                format!("{} phandles for {} buffers", phandles.len(), bufs.len()),
+            ));
+        }
         // Small groups (the common case, n = 1) use small stack arrays.
         if bufs.len() <= SMALL_GROUP {
             // SAFETY: forwarded caller contract.
-            unsafe { self.irecv_with::<SMALL_GROUP>(n, bufs, optional_completion) }
+            unsafe { self.irecv_with::<SMALL_GROUP>(n, bufs, optional_completion, phandles) }
         } else {
             // SAFETY: forwarded caller contract.
-            unsafe { self.irecv_with::<MAX_GROUPED>(n, bufs, optional_completion) }
+            unsafe { self.irecv_with::<MAX_GROUPED>(n, bufs, optional_completion, phandles) }
         }
     }
 
     /// `irecv` with arrays of `N ≥ bufs.len()` entries.
     ///
     /// # Safety
-    /// As [`irecv`](Self::irecv).
+    /// As [`irecv_profiled`](Self::irecv_profiled).
     unsafe fn irecv_with<const N: usize>(
         &mut self,
         n: c_int,
         bufs: &[RecvBuffer<'_>],
         optional_completion: bool,
+        phandles: &[*mut c_void],
     ) -> Result<Option<Request>, NetError> {
         let s = self.comm.shared();
         let mut data = [null(); N];
@@ -120,6 +163,7 @@ impl RecvComm {
         let mut tags = [0 as c_int; N];
         let mut mhs = [null(); N];
         let mut phs = [null(); N];
+        phs[..phandles.len()].copy_from_slice(phandles);
         let narrow_int = s.raw.version() <= 8;
         for (i, b) in bufs.iter().enumerate() {
             data[i] = b.data.cast();
@@ -150,7 +194,7 @@ impl RecvComm {
         let (dp, tp, mp) = (data.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr());
         let mark = logger::warn_mark();
         // SAFETY: `irecv` of the table's version with `n` entries in every
-        // array; the caller keeps the buffers valid; phandles (v10+) are NULL.
+        // array; the caller keeps the buffers valid and phandles (v10+) NULL or live.
         let rc = unsafe {
             match s.raw.get() {
                 TableRef::V6(t) => t

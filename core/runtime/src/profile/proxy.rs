@@ -6,7 +6,9 @@
 //! one (send: `SendGPUWait` — waiting for the data to be produced; receive:
 //! `RecvWait` — waiting for the peer's data) and closes when the engine processes the
 //! slice (send: `SendWait`, the data is handed to the network; receive:
-//! `RecvGPUWait`, the data is consumed), carrying the slice's bytes.
+//! `RecvGPUWait`, the data is consumed), carrying the slice's bytes. A send step is
+//! then handed to its FIFO slot ([`BatchEvents::hand_over_send`]), which stops it when
+//! the send completes; the net plugin's events for that send nest under it.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use cclkit_abi::profiler::{Event, EventKind, EventState, ProxyOp, StateArgs};
 use cclkit_abi::raw::profiler::ProfilerEventState as S;
 use cclkit_host::profiler::{EventHandle, Parents, ProfilerContext};
 
+use crate::fifo::SlotStep;
 use crate::proxy::Step;
 
 struct Op {
@@ -138,6 +141,23 @@ impl BatchEvents {
         Self {
             inner: RefCell::new(inner),
         }
+    }
+
+    /// Hands the open step of send link `k` of channel `ch`'s current slice over to
+    /// the FIFO slot its data was put in: the step now waits on the network
+    /// (`SendWait`) and the slot stops it when the send completes, so the net
+    /// plugin's events for that send nest under it. `None` when it has no event.
+    pub(crate) fn hand_over_send(&self, ch: usize, k: usize) -> Option<SlotStep> {
+        let mut g = self.inner.borrow_mut();
+        let g = &mut *g;
+        // Open steps list a primitive's send links first, in link order.
+        let (h, i, bytes) = g.open.get_mut(ch)?.get_mut(k)?;
+        if h.is_null() || !g.ops.get(*i)?.is_send {
+            return None;
+        }
+        let h = std::mem::replace(h, EventHandle::NULL);
+        g.ctx.record(h, &state(S::PROXY_STEP_SEND_WAIT, *bytes));
+        Some(SlotStep::new(Arc::clone(&g.ctx), h))
     }
 
     /// The engine processed slice `si` of primitive `pi` on channel `ch`.

@@ -145,7 +145,7 @@ impl Engine {
         for ch in 0..a.batch.channels.len() {
             while let Some(step) = a.batch.channels[ch].get(a.cursor[ch].0) {
                 let (pi, si) = a.cursor[ch];
-                match self.slice(&a.batch, step, si) {
+                match self.slice(&a.batch, ch, step, si) {
                     Ok(true) => {}
                     Ok(false) => break,
                     Err(e) => {
@@ -172,9 +172,9 @@ impl Engine {
         Ok(sliced)
     }
 
-    /// Processes slice `si` of `step` if every receive slot is ready and every send
-    /// slot free; returns whether it did.
-    fn slice(&mut self, b: &Batch, step: &Step, si: usize) -> Result<bool> {
+    /// Processes slice `si` of `step` (channel `ch`) if every receive slot is ready and
+    /// every send slot free; returns whether it did.
+    fn slice(&mut self, b: &Batch, ch: usize, step: &Step, si: usize) -> Result<bool> {
         let prim = &step.prim;
         let p = &b.params;
         let op = &b.ops[step.op];
@@ -234,13 +234,14 @@ impl Engine {
             // SAFETY: this slice's ready receive and free send slots; the op's
             // buffers were checked against the device when it was submitted.
             unsafe { dc.proxy_step(prim, op, off, len, p.proto, ins, outs) }?;
-            for l in &prim.send {
+            for (k, l) in prim.send.iter().enumerate() {
                 let tag =
                     (l.class == LinkClass::P2p && b.group > 1).then_some((si % b.group) as i32);
+                let ps = b.prof.as_ref().and_then(|ev| ev.hand_over_send(ch, k));
                 self.send
                     .get_mut(l)
                     .ok_or_else(|| Error::internal("send connection vanished"))?
-                    .filled(p, wire, tag)?;
+                    .filled(p, wire, tag, ps)?;
             }
             for l in &prim.recv {
                 self.recv
@@ -322,7 +323,7 @@ impl Engine {
         };
         // SAFETY: `out_ptr` holds `len` result bytes (destination, slot or scratch).
         let result = unsafe { std::slice::from_raw_parts(out_ptr, len) };
-        for (o, l) in outs.iter().zip(&prim.send) {
+        for (k, (o, l)) in outs.iter().zip(&prim.send).enumerate() {
             let c = self
                 .send
                 .get_mut(l)
@@ -336,7 +337,10 @@ impl Engine {
                 encode(p.proto, result, slot, flag)
             };
             let tag = (l.class == LinkClass::P2p && b.group > 1).then_some((si % b.group) as i32);
-            c.filled(p, used, tag)?;
+            // The slice's send step follows its data into the slot (one branch
+            // without a profiler).
+            let ps = b.prof.as_ref().and_then(|ev| ev.hand_over_send(ch, k));
+            c.filled(p, used, tag, ps)?;
         }
         if let Some(d) = dst
             && !std::ptr::eq(d, out_ptr)

@@ -19,6 +19,7 @@ use cclkit_host::select::{Attempt, NetRegistry, Outcome, TunerArgs, TunerRegistr
 use cclkit_host::tuner::{CostTable, NvlDomainInfo, TunerConstants, TunerContext};
 
 pub mod contain;
+pub mod env;
 pub mod gdr;
 mod render;
 
@@ -50,6 +51,8 @@ pub struct DoctorArgs {
 pub struct DoctorReport {
     /// Naming rules followed.
     pub flavor: Flavor,
+    /// The env plugin, resolved first; its values feed everything below.
+    pub env: env::EnvReport,
     /// The settings that matter, as seen (`None` = unset).
     pub settings: Vec<(String, Option<String>)>,
     /// Net resolution.
@@ -133,7 +136,11 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
     if let Some(code) = contain::run_contained("doctor", &plugins, args.json) {
         return code;
     }
-    let report = diagnose(&config, args.ranks, args.nodes);
+    // NCCL resolves NCCL_ENV_PLUGIN first and reads every other NCCL_* through it.
+    contain::step("env plugin: loading and init (NCCL_ENV_PLUGIN resolution)");
+    let view = env::EnvView::from_process();
+    let config = config_for(args, view.loader_config());
+    let report = diagnose(&config, args.ranks, args.nodes, view);
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
@@ -162,7 +169,7 @@ pub fn config_for(args: &DoctorArgs, env: LoaderConfig) -> LoaderConfig {
 }
 
 /// Walks the resolution for `config` and builds the report.
-pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorReport {
+pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: env::EnvView) -> DoctorReport {
     let resolver = Resolver::from_env();
     let walk = LoaderConfig {
         strict: false,
@@ -300,12 +307,16 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize) -> DoctorRepo
         notes.push("CCLKIT_STRICT=1: cclkit would refuse to start with this setup".into());
     }
 
-    let gpu = gdr::report(&net.devices, &|k| std::env::var(k).ok());
+    let gpu = gdr::report(&net.devices, &|k| view.get(k));
     problems.extend(gpu.problem.clone());
+    let env = view.report();
+    problems.splice(0..0, env.problems.iter().cloned());
+    notes.extend(env.notes.iter().cloned());
 
     let verdict = verdict(&net, &tuner, &problems);
     DoctorReport {
         flavor: config.flavor,
+        env,
         settings: settings(config),
         net,
         tuner,
