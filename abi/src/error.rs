@@ -42,6 +42,26 @@ impl Error {
         Self::system(format!("{call}: {err}"))
     }
 
+    /// `ncclSystemError`, `ncclTimeout` or `ncclRemoteError` from an `io::Error`, by
+    /// its kind: a timeout is `ncclTimeout`, a reset, aborted, broken or ended
+    /// connection means the peer went away (`ncclRemoteError`), anything else is a
+    /// system error. `what` names what was being done.
+    pub fn from_io(what: impl fmt::Display, err: std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        match err.kind() {
+            K::TimedOut | K::WouldBlock => Self::timeout(format!("{what}: {err}")),
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+                Self::remote(format!("{what}: peer went away ({err})"))
+            }
+            _ => Self::system(format!("{what}: {err}")),
+        }
+    }
+
+    /// `ncclTimeout`: a deadline passed.
+    pub fn timeout(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(NcclResult::TIMEOUT, message)
+    }
+
     /// `ncclInvalidArgument`: a bad argument (NULL pointer, unknown device, bad handle).
     pub fn invalid_argument(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(NcclResult::INVALID_ARGUMENT, message)

@@ -110,7 +110,8 @@ fn v7_init_writes_land_at_v7_offsets_and_keep_the_fifth_row() {
     assert_eq!(g.after, [0x5a; 64]);
 
     let mut table = [-1.0f32; 21];
-    table[1 * 3 + 2] = 10.0;
+    // RING (1) × 3 protocols + SIMPLE (2): the one supported entry.
+    table[3 + 2] = 10.0;
     let mut nch = 0;
     let get = t.getCollInfo.expect("getCollInfo");
     // SAFETY: v7 `getCollInfo` with this context and NCCL's flat table.

@@ -87,19 +87,36 @@ fn env_plugin_values_drive_net_and_tuner_resolution() {
     let net = variable(&v, "NCCL_NET_PLUGIN");
     assert_eq!(
         (&net["value"], &net["process"], &net["source"]),
-        (&"mock".into(), &"not-what-the-fleet-pins".into(), &"env_plugin".into())
+        (
+            &"mock".into(),
+            &"not-what-the-fleet-pins".into(),
+            &"env_plugin".into()
+        )
     );
     let tuner = variable(&v, "NCCL_TUNER_PLUGIN");
-    assert_eq!((&tuner["value"], &tuner["source"]), (&"cclkit".into(), &"env_plugin".into()));
+    assert_eq!(
+        (&tuner["value"], &tuner["source"]),
+        (&"cclkit".into(), &"env_plugin".into())
+    );
     let sock = variable(&v, "NCCL_SOCKET_IFNAME");
     assert_eq!(sock["value"], Value::from(ifname.as_str()));
     let name = variable(&v, "NCCL_NET");
-    assert_eq!((&name["value"], &name["source"]), (&"Mock".into(), &"passed_through".into()));
+    assert_eq!(
+        (&name["value"], &name["source"]),
+        (&"Mock".into(), &"passed_through".into())
+    );
     assert_eq!(variable(&v, "NCCL_IB_HCA")["source"], "unset");
     // The resolution explained is the one the env plugin's values lead to.
-    assert!(v["net"]["chosen"].as_str().is_some_and(|c| c.contains("libnccl-net-mock.so")), "{v:#}");
     assert!(
-        v["tuner"]["chosen"].as_str().is_some_and(|c| c.contains("libnccl-tuner-cclkit.so")),
+        v["net"]["chosen"]
+            .as_str()
+            .is_some_and(|c| c.contains("libnccl-net-mock.so")),
+        "{v:#}"
+    );
+    assert!(
+        v["tuner"]["chosen"]
+            .as_str()
+            .is_some_and(|c| c.contains("libnccl-tuner-cclkit.so")),
         "{v:#}"
     );
 
@@ -140,15 +157,24 @@ fn a_failing_env_plugin_init_is_the_first_problem() {
             && first.contains("bad.toml:2"),
         "{v:#}"
     );
-    // NCCL keeps asking the failed plugin, which answers with the process value.
-    assert_eq!(variable(&v, "NCCL_NET_PLUGIN")["source"], "passed_through");
+    // NCCL keeps asking the failed plugin; an `export_env!` plugin answers "unset" to
+    // everything after a failed init, so the job's own value is hidden too.
+    let net = variable(&v, "NCCL_NET_PLUGIN");
+    assert_eq!(
+        (&net["value"], &net["source"]),
+        (&Value::Null, &"env_plugin".into()),
+        "{v:#}"
+    );
 }
 
 #[test]
 fn a_requested_env_plugin_that_is_missing_or_unsupported_is_a_problem() {
     let p = Plugins::new();
     let path = setup(&p);
-    let base = [("LD_LIBRARY_PATH", path.as_str()), ("NCCL_NET_PLUGIN", "mock")];
+    let base = [
+        ("LD_LIBRARY_PATH", path.as_str()),
+        ("NCCL_NET_PLUGIN", "mock"),
+    ];
     let with = |extra: (&'static str, &'static str)| {
         let mut e = base.to_vec();
         e.push(extra);
@@ -156,13 +182,23 @@ fn a_requested_env_plugin_that_is_missing_or_unsupported_is_a_problem() {
     };
     let v = with(("NCCL_ENV_PLUGIN", "cclkit-no-such-env"));
     assert_eq!(v["env"]["resolution"]["outcome"]["outcome"], "not_found");
-    assert!(v["problems"][0].as_str().is_some_and(|x| x.contains("cannot be opened")), "{v:#}");
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .is_some_and(|x| x.contains("cannot be opened")),
+        "{v:#}"
+    );
     assert_eq!(variable(&v, "NCCL_NET_PLUGIN")["source"], "process");
 
     // A net plugin is not an env plugin: NCCL closes it and uses the built-in one.
     let v = with(("NCCL_ENV_PLUGIN", "libnccl-net-mock.so"));
     assert_eq!(v["env"]["resolution"]["outcome"]["outcome"], "unsupported");
-    assert!(v["problems"][0].as_str().is_some_and(|x| x.contains("ncclEnvPlugin_v1")), "{v:#}");
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .is_some_and(|x| x.contains("ncclEnvPlugin_v1")),
+        "{v:#}"
+    );
 
     let v = with(("NCCL_ENV_PLUGIN", "NONE"));
     assert_eq!(v["env"]["resolution"]["outcome"]["outcome"], "disabled");
@@ -186,7 +222,15 @@ fn an_env_plugin_that_hides_a_value_changes_the_resolution() {
     let v = json(&out);
     assert_eq!(v["env"]["resolution"]["outcome"]["version"], 1);
     let net = variable(&v, "NCCL_NET_PLUGIN");
-    assert_eq!((&net["value"], &net["source"]), (&Value::Null, &"env_plugin".into()));
-    let tried = v["net"]["steps"][0]["opens"][0]["name"].as_str().unwrap_or_default();
-    assert_eq!(tried, "libnccl-net.so", "unset through the plugin: the default name: {v:#}");
+    assert_eq!(
+        (&net["value"], &net["source"]),
+        (&Value::Null, &"env_plugin".into())
+    );
+    let tried = v["net"]["steps"][0]["opens"][0]["name"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(
+        tried, "libnccl-net.so",
+        "unset through the plugin: the default name: {v:#}"
+    );
 }

@@ -311,12 +311,19 @@ fn socket_net_events_nest_under_send_proxy_steps() {
         let mut send_steps = 0;
         for st in all.iter().filter(|s| s.cat == "ProxyStep") {
             let op = by_id[&st.parent().expect("ProxyStep has a parent")];
-            let under: Vec<&&Slice> = nets.iter().filter(|n| n.parent() == Some(st.id())).collect();
+            let under: Vec<&&Slice> = nets
+                .iter()
+                .filter(|n| n.parent() == Some(st.id()))
+                .collect();
             if !op.name.starts_with("ProxyOp send") {
                 continue;
             }
             send_steps += 1;
-            assert_eq!(under.len(), 1, "rank {rank}: one isend per send step: {st:?}");
+            assert_eq!(
+                under.len(),
+                1,
+                "rank {rank}: one isend per send step: {st:?}"
+            );
             assert_eq!(
                 under[0].args["bytes"], st.args["bytes"],
                 "rank {rank}: the socket moved the step's bytes: {st:?} {:?}",

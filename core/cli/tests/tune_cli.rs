@@ -7,7 +7,6 @@
 
 mod common;
 
-
 use common::tune::{RULES, SHORT, builtin, cclkit, cell, json};
 use common::{Plugins, rust_plugin, s};
 

@@ -54,15 +54,16 @@
 
 pub mod config;
 pub mod env;
-pub mod log;
 pub mod error;
 pub mod guard;
 pub mod kinds;
 pub mod library;
+pub mod log;
 pub mod logger;
 pub mod net;
 pub mod open;
 pub mod profiler;
+pub mod releases;
 pub mod resolve;
 pub mod select;
 pub mod symbols;

@@ -24,7 +24,9 @@ fn load(p: &Plugins, name: &str, defines: &[&str]) -> (EnvPlugin, Library) {
 }
 
 fn counter(lib: &Library, what: &str) -> c_long {
-    let f = lib.data_symbol("env_mock_counter").expect("env_mock_counter");
+    let f = lib
+        .data_symbol("env_mock_counter")
+        .expect("env_mock_counter");
     // SAFETY: the fixture exports `long env_mock_counter(const char *)`.
     let f: extern "C" fn(*const c_char) -> c_long = unsafe { std::mem::transmute(f.as_ptr()) };
     let what = CString::new(what).expect("name");
@@ -36,7 +38,10 @@ fn set(lib: &Library, name: &str, value: &str) {
     // SAFETY: the fixture exports `int env_mock_set(const char *, const char *)`.
     let f: extern "C" fn(*const c_char, *const c_char) -> c_int =
         unsafe { std::mem::transmute(f.as_ptr()) };
-    let (n, v) = (CString::new(name).expect("n"), CString::new(value).expect("v"));
+    let (n, v) = (
+        CString::new(name).expect("n"),
+        CString::new(value).expect("v"),
+    );
     assert_eq!(f(n.as_ptr(), v.as_ptr()), 0);
 }
 
@@ -51,7 +56,10 @@ fn random_text(rng: &mut impl Rng, max: usize) -> String {
 fn v2_passes_version_and_logger_and_values_come_back_exactly() {
     let p = Plugins::new();
     let (env, lib) = load(&p, "libenv_v2.so", &["ENV_VERSION=2"]);
-    assert_eq!((env.version(), env.symbol(), env.name()), (2, "ncclEnvPlugin_v2", "EnvMock"));
+    assert_eq!(
+        (env.version(), env.symbol(), env.name()),
+        (2, "ncclEnvPlugin_v2", "EnvMock")
+    );
     let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
     let args = EnvInitArgs {
         major: rng.random(),
@@ -74,23 +82,39 @@ fn v2_passes_version_and_logger_and_values_come_back_exactly() {
         expected.push((name, value));
     }
     for (name, value) in &expected {
-        assert_eq!(env.get_env(name).expect("getEnv").as_deref(), Some(value.as_str()));
+        assert_eq!(
+            env.get_env(name).expect("getEnv").as_deref(),
+            Some(value.as_str())
+        );
     }
     // A value changed by the plugin later does not change what was copied before.
     let (name, old) = expected[0].clone();
     let copied = env.get_env(&name).expect("getEnv");
     set(&lib, &name, "changed");
     assert_eq!(copied.as_deref(), Some(old.as_str()));
-    assert_eq!(env.get_env(&name).expect("getEnv").as_deref(), Some("changed"));
+    assert_eq!(
+        env.get_env(&name).expect("getEnv").as_deref(),
+        Some("changed")
+    );
     assert_eq!(env.get_env("NCCL_NOT_SET_ANYWHERE").expect("getEnv"), None);
     assert_eq!(counter(&lib, "getenv"), expected.len() as c_long + 3);
     assert_eq!(
         env.init(&args),
-        Err(EnvError::AlreadyInitialized { plugin: "EnvMock".into() })
+        Err(EnvError::AlreadyInitialized {
+            plugin: "EnvMock".into()
+        })
     );
-    assert_eq!(counter(&lib, "init"), 1, "a second init never reaches the plugin");
+    assert_eq!(
+        counter(&lib, "init"),
+        1,
+        "a second init never reaches the plugin"
+    );
     drop(env);
-    assert_eq!(counter(&lib, "finalize"), 1, "drop finalizes an initialised plugin");
+    assert_eq!(
+        counter(&lib, "finalize"),
+        1,
+        "drop finalizes an initialised plugin"
+    );
 }
 
 #[test]
@@ -100,12 +124,25 @@ fn v1_gets_no_logger_argument() {
     assert_eq!((env.version(), env.symbol()), (1, "ncclEnvPlugin_v1"));
     env.init(&EnvInitArgs::default()).expect("init");
     assert_eq!(
-        [counter(&lib, "major"), counter(&lib, "minor"), counter(&lib, "patch")],
+        [
+            counter(&lib, "major"),
+            counter(&lib, "minor"),
+            counter(&lib, "patch")
+        ],
         [2, 30, 7]
     );
-    assert_eq!(counter(&lib, "logger"), 0, "v1 init has no logger to record");
+    assert_eq!(
+        counter(&lib, "logger"),
+        0,
+        "v1 init has no logger to record"
+    );
     set(&lib, "NCCL_SOCKET_IFNAME", "eth7");
-    assert_eq!(env.get_env("NCCL_SOCKET_IFNAME").expect("getEnv").as_deref(), Some("eth7"));
+    assert_eq!(
+        env.get_env("NCCL_SOCKET_IFNAME")
+            .expect("getEnv")
+            .as_deref(),
+        Some("eth7")
+    );
 }
 
 #[test]
@@ -114,13 +151,23 @@ fn a_failed_init_is_named_and_get_env_still_answers_as_in_nccl() {
         let p = Plugins::new();
         let v = format!("ENV_VERSION={version}");
         let (env, lib) = load(&p, &format!("libenv_fail{version}.so"), &[&v, "FAIL_INIT"]);
-        let err = env.init(&EnvInitArgs::default()).expect_err("init must fail");
-        let EnvError::InitFailed { code, plugin_message, .. } = &err else {
+        let err = env
+            .init(&EnvInitArgs::default())
+            .expect_err("init must fail");
+        let EnvError::InitFailed {
+            code,
+            plugin_message,
+            ..
+        } = &err
+        else {
             panic!("{err:?}");
         };
         assert_eq!(*code, 5, "ncclInvalidUsage");
         if version == 2 {
-            assert_eq!(plugin_message.as_deref(), Some("env_mock: refusing to start"));
+            assert_eq!(
+                plugin_message.as_deref(),
+                Some("env_mock: refusing to start")
+            );
         }
         assert!(err.to_string().contains("ncclInvalidUsage (5)"), "{err}");
         assert!(!env.is_initialized());
@@ -130,7 +177,11 @@ fn a_failed_init_is_named_and_get_env_still_answers_as_in_nccl() {
             Some("cclkit-socket")
         );
         drop(env);
-        assert_eq!(counter(&lib, "finalize"), 0, "NCCL registers finalize only after init");
+        assert_eq!(
+            counter(&lib, "finalize"),
+            0,
+            "NCCL registers finalize only after init"
+        );
     }
 }
 
@@ -147,7 +198,10 @@ fn hostile_values_and_names_are_refused_by_name() {
         env.get_env("NCCL_MOCK_BAD_UTF8"),
         Err(EnvError::ValueNotUtf8 { ref name, .. }) if name == "NCCL_MOCK_BAD_UTF8"
     ));
-    assert!(matches!(env.get_env("NCCL_A\0B"), Err(EnvError::BadName { .. })));
+    assert!(matches!(
+        env.get_env("NCCL_A\0B"),
+        Err(EnvError::BadName { .. })
+    ));
 }
 
 #[test]
@@ -160,7 +214,9 @@ fn finalize_runs_once_and_get_env_is_refused_after_it() {
     assert_eq!(counter(&lib, "finalize"), 1);
     assert_eq!(
         env.get_env("NCCL_X"),
-        Err(EnvError::Finalized { plugin: "EnvMock".into() })
+        Err(EnvError::Finalized {
+            plugin: "EnvMock".into()
+        })
     );
     drop(env);
     assert_eq!(counter(&lib, "finalize"), 1, "drop does not finalize twice");
@@ -187,7 +243,12 @@ fn get_env_from_many_threads_copies_consistent_values() {
     let (env, lib) = load(&p, "libenv_mt.so", &[]);
     env.init(&EnvInitArgs::default()).expect("init");
     let names: Vec<(String, String)> = (0..16)
-        .map(|i| (format!("NCCL_MT_{i}"), format!("value-{i}-{}", rand::random::<u32>())))
+        .map(|i| {
+            (
+                format!("NCCL_MT_{i}"),
+                format!("value-{i}-{}", rand::random::<u32>()),
+            )
+        })
         .collect();
     for (n, v) in &names {
         set(&lib, n, v);

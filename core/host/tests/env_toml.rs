@@ -32,14 +32,25 @@ fn packaged_env_plugin_serves_file_values_with_precedence() {
         std::env::remove_var("NCCL_SOCKET_IFNAME");
     }
     let r = resolve_value(Some(&s(&lib)));
-    let EnvOutcome::Loaded { plugin, version, .. } = r.outcome else {
+    let EnvOutcome::Loaded {
+        plugin, version, ..
+    } = r.outcome
+    else {
         panic!("not loaded: {:?}", r.outcome);
     };
     assert_eq!(version, 2, "ncclEnvPlugin_v2 is tried before _v1");
     plugin.init(&EnvInitArgs::default()).expect("init");
     let get = |n: &str| plugin.get_env(n).expect("getEnv");
-    assert_eq!(get("NCCL_NET_PLUGIN"), Some(pinned), "[pinned] beats the job");
-    assert_eq!(get("NCCL_BUFFSIZE"), Some("12345".into()), "the job beats [env]");
+    assert_eq!(
+        get("NCCL_NET_PLUGIN"),
+        Some(pinned),
+        "[pinned] beats the job"
+    );
+    assert_eq!(
+        get("NCCL_BUFFSIZE"),
+        Some("12345".into()),
+        "the job beats [env]"
+    );
     assert_eq!(get("NCCL_SOCKET_IFNAME"), Some(format!("eth{default}")));
     assert_eq!(get("NCCL_IB_DISABLE"), Some("1".into()));
     plugin.finalize().expect("finalize");
@@ -52,10 +63,18 @@ fn packaged_env_plugin_serves_file_values_with_precedence() {
         panic!("not loaded: {:?}", r.outcome);
     };
     let err = plugin.init(&EnvInitArgs::default()).expect_err("bad file");
-    let EnvError::InitFailed { code, plugin_message, .. } = &err else {
+    let EnvError::InitFailed {
+        code,
+        plugin_message,
+        ..
+    } = &err
+    else {
         panic!("{err:?}");
     };
     assert_eq!(*code, 5, "ncclInvalidUsage");
     let msg = plugin_message.clone().unwrap_or_default();
-    assert!(msg.contains("nccl-env.toml:2") && msg.contains("NCCL_IB_TIMEOUT"), "{msg}");
+    assert!(
+        msg.contains("nccl-env.toml:2") && msg.contains("NCCL_IB_TIMEOUT"),
+        "{msg}"
+    );
 }

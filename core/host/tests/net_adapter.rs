@@ -8,12 +8,12 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cclkit_abi::raw::common::ptr;
+use cclkit_abi::raw::net::NetDeviceType;
 use cclkit_host::Library;
 use cclkit_host::net::{
     CommConfig, NetContext, NetPlugin, RecvBuffer, RecvComm, Request, SendComm, Sizes,
 };
-use cclkit_abi::raw::common::ptr;
-use cclkit_abi::raw::net::NetDeviceType;
 use common::{Plugins, counter, s};
 use rand::{Rng, RngCore};
 

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use super::bootstrap::Bootstrap;
 use super::device::Placement;
-use super::error::{Error, Result};
 use super::error::net_err;
+use super::error::{Error, Result};
 use super::fifo::{RecvConn, SendConn};
 use super::schedule::{Link, LinkClass};
 use super::topo::{NetDevice, select_nic};

@@ -83,19 +83,25 @@ pub struct Expect {
 pub(crate) struct SlotStep {
     handle: StepHandle,
     ctx: Arc<ProfilerContext>,
+    /// The step's ProxyOp when this is its last step (NULL otherwise): it ends
+    /// right after the step, so no op ends before its steps.
+    op: EventHandle,
 }
 
 impl SlotStep {
-    /// Step `step` of `ctx`, now owned by the slot.
-    pub(crate) fn new(ctx: Arc<ProfilerContext>, step: EventHandle) -> Self {
+    /// Step `step` of `ctx`, now owned by the slot, with its ProxyOp `op` when the
+    /// step is the op's last (else NULL).
+    pub(crate) fn new(ctx: Arc<ProfilerContext>, step: EventHandle, op: EventHandle) -> Self {
         Self {
             handle: StepHandle::new(&ctx, step),
             ctx,
+            op,
         }
     }
 
     fn end(&self) {
         self.ctx.stop(self.handle.step());
+        self.ctx.stop(self.op);
     }
 }
 

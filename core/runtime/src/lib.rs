@@ -71,11 +71,11 @@ pub mod tune;
 pub mod world;
 
 pub use bootstrap::{Bootstrap, BootstrapRoot, UniqueId, random_u64};
-pub use protocol::ProtoParams;
-pub use topo::{NetDevice, PeerInfo, Ring, select_nic};
 pub use comm::Comm;
 pub use config::Config;
 pub use error::{Error, Result};
+pub use protocol::ProtoParams;
+pub use topo::{NetDevice, PeerInfo, Ring, select_nic};
 
 /// Hands cclkit's built-in fallback transport (the socket plugin's exported v12 table)
 /// to the host, so that every net registry made afterwards ends its walk with it, as

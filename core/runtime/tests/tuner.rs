@@ -7,8 +7,8 @@
 #[macro_use]
 mod common_rt;
 
-use cclkit_runtime::tune::Decision;
 use cclkit_abi::raw::common::{DataType, Func, RedOp};
+use cclkit_runtime::tune::Decision;
 use common_rt::data::{Rng, check_reduction};
 use common_rt::{Job, Run, builtin_net, emit, join, lib_dir, packaged, param_u64};
 

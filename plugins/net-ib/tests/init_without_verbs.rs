@@ -21,8 +21,23 @@ enum Expect {
     NoLibrary,
     /// The library loads but the kernel has no uverbs (`ibv_get_device_list` → NULL).
     NoDevices,
-    /// Real RDMA hardware: `init` may succeed.
+    /// Real RDMA hardware: `init` succeeds when sysfs shows an active port.
     Hardware,
+}
+
+/// Active RDMA ports on this machine, counted from sysfs (`/sys/class/infiniband/
+/// <dev>/ports/<n>/state` reads `4: ACTIVE`): a fact of the machine, not of the plugin.
+fn active_ports() -> usize {
+    let Ok(devs) = std::fs::read_dir("/sys/class/infiniband") else {
+        return 0;
+    };
+    devs.flatten()
+        .filter_map(|d| std::fs::read_dir(d.path().join("ports")).ok())
+        .flat_map(|ports| ports.flatten())
+        .filter(|p| {
+            std::fs::read_to_string(p.path().join("state")).is_ok_and(|s| s.contains("ACTIVE"))
+        })
+        .count()
 }
 
 fn expectation() -> Expect {
@@ -102,8 +117,23 @@ fn init_through_the_v12_and_v8_tables_fails_cleanly_and_names_the_cause() {
     });
     let logs = capture.0.lock().unwrap().clone();
     if let Expect::Hardware = expectation() {
-        // A machine with RDMA: HARDWARE.md covers it; here only the tables' sanity.
-        assert!(r12 == NcclResult::SUCCESS || r12 == NcclResult::SYSTEM_ERROR);
+        // A machine with RDMA: what the hardware path must do, decided by sysfs.
+        let active = active_ports();
+        if active > 0 {
+            assert_eq!(r12, NcclResult::SUCCESS, "{active} active port(s): {logs:?}");
+            assert!(!ctx.is_null(), "a context on success");
+            assert_eq!(r8, NcclResult::SUCCESS, "{logs:?}");
+            assert_eq!(rdev, NcclResult::SUCCESS);
+            assert!(ndev >= 1, "devices() = {ndev} with {active} active port(s)");
+        } else {
+            assert_eq!(r12, NcclResult::SYSTEM_ERROR, "no active port: {logs:?}");
+            assert!(ctx.is_null());
+            let warns = logs
+                .iter()
+                .filter(|l| l.contains("no active port on the RDMA devices"))
+                .count();
+            assert_eq!(warns, 2, "one WARN per failed init: {logs:?}");
+        }
         return;
     }
     assert_eq!(r12, NcclResult::SYSTEM_ERROR, "logs: {logs:?}");
@@ -189,7 +219,24 @@ fn a_c_host_dlopens_the_plugin_and_init_fails_with_a_logged_reason() {
 
     assert!(text.contains("NAME cclkit-ib\n"), "{text}");
     assert!(text.ends_with("DLCLOSED\n"), "no crash on dlclose: {text}");
+    // NCCL_IB_DISABLE=1 holds on every machine, hardware or not.
+    assert!(
+        disabled.contains("LOG level=2 ncclNet.init: NET/cclkit-ib: disabled by NCCL_IB_DISABLE=1"),
+        "{disabled}"
+    );
+    assert!(
+        disabled.contains("V12_INIT 3 CTX null\n"),
+        "internal error: {disabled}"
+    );
     if let Expect::Hardware = expectation() {
+        if active_ports() > 0 {
+            assert!(text.contains("V12_INIT 0 CTX set\n"), "{text}");
+            assert!(text.contains("V8_INIT 0\n"), "{text}");
+            assert!(text.contains("V8_DEVICES 0 "), "{text}");
+        } else {
+            assert!(text.contains("V12_INIT 2 CTX null\n"), "{text}");
+            assert!(text.contains("no active port on the RDMA devices"), "{text}");
+        }
         return;
     }
     // ncclSystemError = 2, NCCL_LOG_WARN = 2, no context handed out.
@@ -210,14 +257,6 @@ fn a_c_host_dlopens_the_plugin_and_init_fails_with_a_logged_reason() {
         "{text}"
     );
 
-    assert!(
-        disabled.contains("LOG level=2 ncclNet.init: NET/cclkit-ib: disabled by NCCL_IB_DISABLE=1"),
-        "{disabled}"
-    );
-    assert!(
-        disabled.contains("V12_INIT 3 CTX null\n"),
-        "internal error: {disabled}"
-    );
 }
 
 #[test]

@@ -73,7 +73,7 @@ pub(crate) struct Env {
 }
 
 impl Env {
-    fn new(args: &ChildArgs, family: Family) -> Result<Self, String> {
+    pub(crate) fn new(args: &ChildArgs, family: Family) -> Result<Self, String> {
         Ok(Self {
             library: args.library.clone(),
             family,
@@ -107,18 +107,6 @@ pub fn run_child(args: &ChildArgs) -> ExitCode {
     };
     emit_result(outcome);
     ExitCode::SUCCESS
-}
-
-/// Runs one side of a two-process check (see `peer`).
-pub fn run_peer(args: &ChildArgs, rank: usize) -> ExitCode {
-    start_watchdog(args.timeout, "peer");
-    match Env::new(args, Family::Net) {
-        Ok(env) => super::peer::run(&env, rank),
-        Err(e) => {
-            super::peer::say(&format!("fail {e}"));
-            ExitCode::FAILURE
-        }
-    }
 }
 
 /// Prints the result line.
@@ -181,7 +169,7 @@ pub(crate) fn within<T>(
 
 /// Starts the watchdog: single calls past their limit, or the whole check past the
 /// parent's limit (less a margin so the message, not the kill, reaches the parent).
-fn start_watchdog(timeout: Duration, what: &str) {
+pub(crate) fn start_watchdog(timeout: Duration, what: &str) {
     let overall = Instant::now()
         + timeout
             .saturating_sub(Duration::from_millis(1500))

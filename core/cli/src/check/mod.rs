@@ -55,7 +55,8 @@ mod valgrind;
 
 use std::fmt;
 
-pub use child::{ChildArgs, run_child, run_peer};
+pub use child::{ChildArgs, run_child};
+pub use peer::run_peer;
 pub use report::{CheckResult, Report, Status, Verdict};
 pub use runner::{Event, Options, run};
 

@@ -358,3 +358,16 @@ mod tests {
         assert_eq!(a[3].len(), (1 << 20) + 3);
     }
 }
+
+/// Runs one side of a two-process check: the child process `cclkit check --peer`
+/// starts (see [`orchestrate`]).
+pub fn run_peer(args: &super::child::ChildArgs, rank: usize) -> std::process::ExitCode {
+    super::child::start_watchdog(args.timeout, "peer");
+    match Env::new(args, super::Family::Net) {
+        Ok(env) => run(&env, rank),
+        Err(e) => {
+            say(&format!("fail {e}"));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

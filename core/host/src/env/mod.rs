@@ -23,7 +23,7 @@ pub mod resolve;
 mod table;
 
 pub use plugin::{EnvInitArgs, EnvPlugin};
-pub use resolve::{EnvOutcome, EnvResolution, ENV_VAR, resolve, resolve_value};
+pub use resolve::{ENV_VAR, EnvOutcome, EnvResolution, resolve, resolve_value};
 pub use table::RawEnv;
 
 /// The longest value [`EnvPlugin::get_env`] copies (1 MiB): a longer string (or one

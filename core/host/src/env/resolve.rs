@@ -196,7 +196,10 @@ mod tests {
     use super::*;
 
     fn shown(v: Option<&str>) -> Vec<(Option<String>, Rule)> {
-        candidates(v).into_iter().map(|c| (c.name, c.rule)).collect()
+        candidates(v)
+            .into_iter()
+            .map(|c| (c.name, c.rule))
+            .collect()
     }
 
     #[test]
@@ -212,7 +215,10 @@ mod tests {
                 (s("libnccl-env-cclkit.so"), Rule::PrefixForm)
             ]
         );
-        assert_eq!(shown(Some("/x/libfoo.so")), [(s("/x/libfoo.so"), Rule::Verbatim)]);
+        assert_eq!(
+            shown(Some("/x/libfoo.so")),
+            [(s("/x/libfoo.so"), Rule::Verbatim)]
+        );
         assert_eq!(shown(Some("libfoo.so")), [(s("libfoo.so"), Rule::Verbatim)]);
         assert_eq!(shown(Some("static"))[0], (None, Rule::StaticPlugin));
     }
@@ -221,7 +227,10 @@ mod tests {
     fn long_names_are_cut_like_snprintf() {
         let long = "é".repeat(200);
         let c = candidates(Some(&long));
-        assert!(c.iter().all(|c| c.name.as_ref().is_some_and(|n| n.len() <= MAX_NAME_LEN)));
+        assert!(
+            c.iter()
+                .all(|c| c.name.as_ref().is_some_and(|n| n.len() <= MAX_NAME_LEN))
+        );
         assert_eq!(c[0].name.as_ref().map(String::len), Some(254));
     }
 
@@ -232,7 +241,10 @@ mod tests {
         let r = resolve_value(Some("cclkit-no-such-env"));
         assert!(matches!(r.outcome, EnvOutcome::NotFound));
         let tried: Vec<_> = r.opens.iter().map(|a| a.shown_name().to_owned()).collect();
-        assert_eq!(tried, ["cclkit-no-such-env", "libnccl-env-cclkit-no-such-env.so"]);
+        assert_eq!(
+            tried,
+            ["cclkit-no-such-env", "libnccl-env-cclkit-no-such-env.so"]
+        );
     }
 
     #[test]

@@ -7,10 +7,10 @@ use cclkit_abi::raw::common::{
 };
 
 use super::table::TunerRef;
-use cclkit_abi::raw::tuner::ncclTunerConstants_v7_t;
 use super::{NvlDomainInfo, TunerConstants, TunerError, TunerPlugin};
 use crate::guard::guarded;
 use crate::logger;
+use cclkit_abi::raw::tuner::ncclTunerConstants_v7_t;
 
 /// Entries in NCCL's cost table (`NCCL_NUM_ALGORITHMS × NCCL_NUM_PROTOCOLS`).
 pub const COST_TABLE_LEN: usize = NCCL_NUM_ALGORITHMS * NCCL_NUM_PROTOCOLS;

@@ -4,7 +4,8 @@ use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 
 use cclkit_abi::raw::tuner::{
-    ncclTuner_v1_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t, ncclTuner_v7_t,
+    ncclTuner_v1_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t,
+    ncclTuner_v7_t,
 };
 
 use super::super::error::Cause;

@@ -56,8 +56,9 @@ impl Listener {
         kind: Kind,
         payload_timeout: Duration,
     ) -> Result<Self> {
-        let addr = l.local_addr().map_err(|e| Error::io(&who, e))?;
-        l.set_nonblocking(false).map_err(|e| Error::io(&who, e))?;
+        let addr = l.local_addr().map_err(|e| Error::from_io(&who, e))?;
+        l.set_nonblocking(false)
+            .map_err(|e| Error::from_io(&who, e))?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             pending: AtomicUsize::new(0),

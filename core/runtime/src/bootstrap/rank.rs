@@ -49,10 +49,10 @@ impl Bootstrap {
             Err(_) => local_ip_towards(id.root.ip()),
         };
         let listener = TcpListener::bind((ip, 0))
-            .map_err(|e| Error::io(format!("bootstrap: bind {ip}"), e))?;
+            .map_err(|e| Error::from_io(format!("bootstrap: bind {ip}"), e))?;
         let me = listener
             .local_addr()
-            .map_err(|e| Error::io("bootstrap listen", e))?;
+            .map_err(|e| Error::from_io("bootstrap listen", e))?;
         let listener = Listener::start(
             listener,
             format!("rank {rank}: bootstrap listener {me}"),
@@ -75,7 +75,7 @@ impl Bootstrap {
                 payload: hello,
             },
         )
-        .map_err(|e| Error::io(&what, e))?;
+        .map_err(|e| Error::from_io(&what, e))?;
         let table = match read_frame(&mut root, id.magic) {
             Ok(Some(f)) if f.kind == Kind::Table => f.payload,
             Ok(Some(f)) if f.kind == Kind::Abort => {
@@ -151,7 +151,7 @@ impl Bootstrap {
                 payload: data.to_vec(),
             },
         )
-        .map_err(|e| Error::io(&what, e))
+        .map_err(|e| Error::from_io(&what, e))
     }
 
     /// Receives the message `peer` sent under `tag`, waiting up to the bootstrap timeout.

@@ -22,10 +22,10 @@ impl BootstrapRoot {
     /// thread. Returns the id to hand to every rank.
     pub fn start(bind: SocketAddr, magic: u64, timeout: Duration) -> Result<(UniqueId, Self)> {
         let listener = TcpListener::bind(bind)
-            .map_err(|e| Error::io(format!("bootstrap root: bind {bind}"), e))?;
+            .map_err(|e| Error::from_io(format!("bootstrap root: bind {bind}"), e))?;
         let mut root = listener
             .local_addr()
-            .map_err(|e| Error::io("bootstrap root", e))?;
+            .map_err(|e| Error::from_io("bootstrap root", e))?;
         if root.ip().is_unspecified() {
             root.set_ip(local_ip_towards(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))));
         }
@@ -219,7 +219,7 @@ pub(super) fn gather(
                 payload: table.clone(),
             },
         )
-        .map_err(|e| Error::io(format!("bootstrap root: send table to rank {rank}"), e))?;
+        .map_err(|e| Error::from_io(format!("bootstrap root: send table to rank {rank}"), e))?;
     }
     Ok(())
 }

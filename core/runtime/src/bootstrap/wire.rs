@@ -98,7 +98,7 @@ pub(super) fn parse_header(h: &[u8; HEADER], magic: u64) -> std::result::Result<
 pub(super) fn read_frame(s: &mut TcpStream, magic: u64) -> Result<Option<Frame>> {
     let mut h = [0u8; HEADER];
     s.read_exact(&mut h)
-        .map_err(|e| Error::io("bootstrap read", e))?;
+        .map_err(|e| Error::from_io("bootstrap read", e))?;
     let h = match parse_header(&h, magic) {
         Ok(h) => h,
         Err(Refused::Magic) => return Ok(None),
@@ -106,7 +106,7 @@ pub(super) fn read_frame(s: &mut TcpStream, magic: u64) -> Result<Option<Frame>>
     };
     let mut payload = vec![0u8; h.len];
     s.read_exact(&mut payload)
-        .map_err(|e| Error::io("bootstrap read", e))?;
+        .map_err(|e| Error::from_io("bootstrap read", e))?;
     Ok(Some(Frame {
         kind: h.kind,
         from: h.from,
@@ -124,9 +124,9 @@ pub(super) fn connect_until(addr: SocketAddr, deadline: Instant, what: &str) -> 
         match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
             Ok(s) => {
                 s.set_read_timeout(Some(left))
-                    .map_err(|e| Error::io(what, e))?;
+                    .map_err(|e| Error::from_io(what, e))?;
                 s.set_write_timeout(Some(left))
-                    .map_err(|e| Error::io(what, e))?;
+                    .map_err(|e| Error::from_io(what, e))?;
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use cclkit_abi::raw::common::ptr;
 
 use super::Device;
-use cclkit_host::net::{Mr, RecvBuffer, RecvComm, Request, SendComm};
-use crate::error::{Error, Result};
 use crate::error::net_err;
+use crate::error::{Error, Result};
+use cclkit_host::net::{Mr, RecvBuffer, RecvComm, Request, SendComm};
 
 /// Where a connection's FIFO slots live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

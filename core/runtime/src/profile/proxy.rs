@@ -157,7 +157,15 @@ impl BatchEvents {
         }
         let h = std::mem::replace(h, EventHandle::NULL);
         g.ctx.record(h, &state(S::PROXY_STEP_SEND_WAIT, *bytes));
-        Some(SlotStep::new(Arc::clone(&g.ctx), h))
+        // Sends on one link complete in order, so the op's last step ends last: the
+        // op goes with it (`close_steps` then stops a NULL handle).
+        let op = &mut g.ops[*i];
+        let op_h = if op.left == 1 {
+            std::mem::replace(&mut op.handle, EventHandle::NULL)
+        } else {
+            EventHandle::NULL
+        };
+        Some(SlotStep::new(Arc::clone(&g.ctx), h, op_h))
     }
 
     /// The engine processed slice `si` of primitive `pi` on channel `ch`.

@@ -20,13 +20,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-
 use super::device::compute::DevCompute;
-use crate::op::OpRef;
 use super::error::{Error, Result};
 use super::fifo::{RecvConn, SendConn};
 use super::protocol::ProtoParams;
 use super::schedule::{Link, Prim};
+use crate::op::OpRef;
 
 /// A primitive of one operation of a batch.
 #[derive(Clone, Debug)]

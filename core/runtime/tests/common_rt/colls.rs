@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use cclkit_abi::raw::common::{Algorithm, DataType, Func, Protocol, RedOp};
 use cclkit_runtime::Comm;
 use cclkit_runtime::coll::CollGroup;
 use cclkit_runtime::tune::Decision;
-use cclkit_abi::raw::common::{Algorithm, DataType, Func, Protocol, RedOp};
 
 use super::data::{
     OPS, Rng, TYPES, assert_bytes, assert_same_everywhere, check_reduction, digest, input, size,

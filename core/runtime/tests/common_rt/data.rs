@@ -8,9 +8,9 @@
 //! `|got − s| ≤ γ(n−1)·Σ|xᵢ| + n·η` for sums, `γ(n−1)·|p| + n·η` for products, and
 //! `(γ(n−1) + 3u)·Σ|xᵢ|/n + n·η` for avg; any fold order or tree shape obeys it.
 
-use cclkit_runtime::Comm;
 use cclkit_abi::raw::common::{DataType, RedOp};
 use cclkit_kernels::{Bf16, F16, Fp8E4M3, Fp8E5M2};
+use cclkit_runtime::Comm;
 
 /// Every NCCL data type.
 pub const TYPES: [DataType; 12] = [

@@ -10,6 +10,7 @@ use serde::Serialize;
 use cclkit_host::config::LoaderConfig;
 use cclkit_host::env::{self, EnvInitArgs, EnvOutcome, EnvPlugin, EnvResolution};
 use cclkit_host::error::OpenOutcome;
+use cclkit_host::resolve;
 
 /// The variables doctor reads, shown with their source.
 pub const VARIABLES: [&str; 14] = [
@@ -75,6 +76,8 @@ pub struct EnvReport {
 
 /// The environment as NCCL would read it: through the env plugin when one is loaded.
 pub struct EnvView {
+    /// False for a release without env plugins.
+    enabled: bool,
     resolution: EnvResolution,
     init_error: Option<String>,
     /// `getEnv` failures, reported once each.
@@ -83,16 +86,27 @@ pub struct EnvView {
 
 impl EnvView {
     /// Resolves `NCCL_ENV_PLUGIN` from the process environment and initialises the
-    /// plugin it names, as NCCL's first parameter read does.
-    pub fn from_process() -> Self {
-        let resolution = env::resolve();
-        let init_error = match &resolution.outcome {
-            EnvOutcome::Loaded { plugin, .. } => {
-                plugin.init(&EnvInitArgs::default()).err().map(|e| e.to_string())
+    /// plugin it names, as NCCL's first parameter read does. With `enabled` false (a
+    /// release without env plugins) nothing is opened and every value is the process's.
+    pub fn from_process(enabled: bool) -> Self {
+        let resolution = if enabled {
+            env::resolve()
+        } else {
+            EnvResolution {
+                setting: std::env::var(env::ENV_VAR).ok(),
+                opens: Vec::new(),
+                outcome: EnvOutcome::Disabled,
             }
+        };
+        let init_error = match &resolution.outcome {
+            EnvOutcome::Loaded { plugin, .. } => plugin
+                .init(&EnvInitArgs::default())
+                .err()
+                .map(|e| e.to_string()),
             _ => None,
         };
         Self {
+            enabled,
             resolution,
             init_error,
             errors: Mutex::new(Vec::new()),
@@ -151,11 +165,20 @@ impl EnvView {
             })
             .collect::<Vec<_>>();
         let mut notes = Vec::new();
-        let mut problems = self.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut problems = self
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if let Some(e) = &self.init_error {
             problems.push(e.clone());
         }
         let setting = self.resolution.setting.as_deref().unwrap_or("(unset)");
+        if !self.enabled && self.resolution.requested() {
+            notes.push(format!(
+                "NCCL_ENV_PLUGIN={setting} is ignored: this release has no env plugins"
+            ));
+        }
         match &self.resolution.outcome {
             EnvOutcome::NotFound if self.resolution.requested() => problems.push(format!(
                 "ENV: NCCL_ENV_PLUGIN={setting} cannot be opened; NCCL would use its built-in \
@@ -234,6 +257,9 @@ pub fn render(o: &mut String, r: &EnvReport) {
         );
     }
     let outcome = match (&r.resolution.outcome, &r.chosen) {
+        (EnvOutcome::Disabled, _) if !setting.is_some_and(resolve::is_none) => {
+            "this release has no env plugins: process environment".into()
+        }
         (EnvOutcome::Disabled, _) => "none: built-in env plugin (process environment)".into(),
         (EnvOutcome::Loaded { .. }, Some(c)) => format!("selected {c}"),
         (EnvOutcome::Unsupported { reason, .. }, _) => {
@@ -246,7 +272,10 @@ pub fn render(o: &mut String, r: &EnvReport) {
         let _ = writeln!(o, "  init FAILED: {e}");
     }
     for v in &r.variables {
-        let value = v.value.as_deref().map_or("unset".to_owned(), |x| format!("{x:?}"));
+        let value = v
+            .value
+            .as_deref()
+            .map_or("unset".to_owned(), |x| format!("{x:?}"));
         let from = match v.source {
             Source::Process => "process".to_owned(),
             Source::PassedThrough => "process, passed through by the env plugin".to_owned(),

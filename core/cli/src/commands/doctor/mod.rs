@@ -20,7 +20,9 @@ use cclkit_host::tuner::{CostTable, NvlDomainInfo, TunerConstants, TunerContext}
 
 pub mod contain;
 pub mod env;
+use env::EnvView;
 pub mod gdr;
+pub mod release;
 mod render;
 
 /// Arguments of `cclkit doctor`.
@@ -41,6 +43,12 @@ pub struct DoctorArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Apply this NCCL release's loader rules (`2.24`, `2.28`, …).
+    #[arg(long, value_name = "X.Y")]
+    pub nccl_version: Option<String>,
+    /// Apply this RCCL release's loader rules, named by ROCm version (`7.2`); implies --rccl.
+    #[arg(long, value_name = "X.Y")]
+    pub rccl_version: Option<String>,
     /// Run the plugin against cclkit's host-memory CUDA stand-in (docs/cuda-standin.md).
     #[arg(long)]
     pub cuda_standin: bool,
@@ -53,6 +61,9 @@ pub struct DoctorReport {
     pub flavor: Flavor,
     /// The env plugin, resolved first; its values feed everything below.
     pub env: env::EnvReport,
+    /// The release rules applied (`--nccl-version` / `--rccl-version`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release: Option<cclkit_host::releases::ReleaseRules>,
     /// The settings that matter, as seen (`None` = unset).
     pub settings: Vec<(String, Option<String>)>,
     /// Net resolution.
@@ -133,14 +144,17 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
         config.net_plugin.as_deref().unwrap_or("(default)"),
         config.tuner_plugin.as_deref().unwrap_or("(default)")
     );
+    let rules = match release::from_args(args) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     if let Some(code) = contain::run_contained("doctor", &plugins, args.json) {
         return code;
     }
     // NCCL resolves NCCL_ENV_PLUGIN first and reads every other NCCL_* through it.
-    contain::step("env plugin: loading and init (NCCL_ENV_PLUGIN resolution)");
-    let view = env::EnvView::from_process();
-    let config = config_for(args, view.loader_config());
-    let report = diagnose(&config, args.ranks, args.nodes, view);
+    let (view, config, injected) = release::prepare(args, rules.as_ref());
+    let mut report = diagnose(&config, args.ranks, args.nodes, view);
+    release::apply(&mut report, rules, &config, injected);
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
@@ -169,7 +183,7 @@ pub fn config_for(args: &DoctorArgs, env: LoaderConfig) -> LoaderConfig {
 }
 
 /// Walks the resolution for `config` and builds the report.
-pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: env::EnvView) -> DoctorReport {
+pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: EnvView) -> DoctorReport {
     let resolver = Resolver::from_env();
     let walk = LoaderConfig {
         strict: false,
@@ -317,6 +331,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: env::En
     DoctorReport {
         flavor: config.flavor,
         env,
+        release: None,
         settings: settings(config),
         net,
         tuner,

@@ -25,6 +25,9 @@ pub fn render(r: &DoctorReport) -> String {
         .collect();
     let _ = writeln!(o, "  {}", set.join("; "));
     super::env::render(&mut o, &r.env);
+    if let Some(rules) = &r.release {
+        super::release::render(&mut o, rules);
+    }
     section(&mut o, "NET", &r.net);
     if !r.net.devices.is_empty() {
         let _ = writeln!(o, "  devices of the selected plugin:");

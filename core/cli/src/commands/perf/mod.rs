@@ -462,7 +462,7 @@ fn bench(comm: &Comm, a: &PerfArgs, plan: &Plan) -> Result<u64> {
             println!("{text}");
         } else {
             std::fs::write(path, text + "\n")
-                .map_err(|e| Error::io(format!("writing the JSON report to {path}"), e))?;
+                .map_err(|e| Error::from_io(format!("writing the JSON report to {path}"), e))?;
         }
     }
     Ok(wrong_total)

@@ -78,11 +78,8 @@ struct Sample {
     us: f64,
 }
 
-/// Runs `cclkit tune auto`.
+/// Runs `cclkit tune auto` (without `--verify`; the dispatcher sends that to `verify`).
 pub fn run(a: &AutoArgs) -> ExitCode {
-    if let Some(file) = &a.verify {
-        return super::verify::run(a, file);
-    }
     if a.iters == 0 {
         return fail("--iters must be at least 1");
     }

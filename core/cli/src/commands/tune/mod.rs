@@ -46,7 +46,10 @@ pub enum TuneCommand {
 pub fn run(args: &TuneArgs) -> ExitCode {
     match &args.command {
         TuneCommand::Show(a) => show::run(a),
-        TuneCommand::Auto(a) => auto::run(a),
+        TuneCommand::Auto(a) => match &a.verify {
+            Some(file) => verify::run(a, file),
+            None => auto::run(a),
+        },
         TuneCommand::Diff(a) => diff::run(a),
     }
 }

@@ -228,12 +228,7 @@ struct FakeComm {
 
 impl Registrar for FakeComm {
     type Mr = usize;
-    unsafe fn reg(
-        &mut self,
-        _data: *mut u8,
-        _size: usize,
-        ptr_type: i32,
-    ) -> crate::Result<usize> {
+    unsafe fn reg(&mut self, _data: *mut u8, _size: usize, ptr_type: i32) -> crate::Result<usize> {
         if self.refuse {
             return Err(crate::Error::internal(
                 "regMr: plugin refused NCCL_PTR_CUDA",
