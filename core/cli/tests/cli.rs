@@ -302,7 +302,7 @@ fn info_on_the_packaged_rust_plugins() {
             "libnccl-net-template.so",
             "net plugin 'Template' through ncclNetPlugin_v12",
         ),
-        ("libnccl-tuner-template.so", "through ncclTunerPlugin_v6"),
+        ("libnccl-tuner-template.so", "through ncclTunerPlugin_v7"),
     ] {
         let path = common::rust_plugin(name);
         let out = cclkit(&["info", &s(&path)], &[]);

@@ -55,6 +55,8 @@ struct Slice {
     cat: String,
     name: String,
     args: Value,
+    /// End time in µs (`ts + dur`).
+    end: f64,
 }
 
 impl Slice {
@@ -89,6 +91,7 @@ fn slices(path: &std::path::Path) -> Vec<Slice> {
             cat: e["cat"].as_str().unwrap_or_default().to_owned(),
             name: e["name"].as_str().unwrap_or_default().to_owned(),
             args: e["args"].clone(),
+            end: e["ts"].as_f64().unwrap_or(0.0) + e["dur"].as_f64().unwrap_or(0.0),
         })
         .collect()
 }
@@ -331,6 +334,16 @@ fn socket_net_events_nest_under_send_proxy_steps() {
             );
         }
         assert!(send_steps > 0, "rank {rank}: no send proxy step");
+        // A send step now ends when its send completes; its ProxyOp ends with the
+        // last one, never before (the trace rounds times to 1 ns).
+        for op in all.iter().filter(|s| s.cat == "ProxyOp") {
+            for st in all.iter().filter(|s| s.parent() == Some(op.id())) {
+                assert!(
+                    st.end <= op.end + 0.001,
+                    "rank {rank}: {st:?} ends after its op {op:?}"
+                );
+            }
+        }
         // Every network event hangs under a proxy step (never a dangling parent).
         for n in &nets {
             let p = n.parent().and_then(|p| by_id.get(&p));

@@ -120,7 +120,11 @@ fn init_through_the_v12_and_v8_tables_fails_cleanly_and_names_the_cause() {
         // A machine with RDMA: what the hardware path must do, decided by sysfs.
         let active = active_ports();
         if active > 0 {
-            assert_eq!(r12, NcclResult::SUCCESS, "{active} active port(s): {logs:?}");
+            assert_eq!(
+                r12,
+                NcclResult::SUCCESS,
+                "{active} active port(s): {logs:?}"
+            );
             assert!(!ctx.is_null(), "a context on success");
             assert_eq!(r8, NcclResult::SUCCESS, "{logs:?}");
             assert_eq!(rdev, NcclResult::SUCCESS);
@@ -235,7 +239,10 @@ fn a_c_host_dlopens_the_plugin_and_init_fails_with_a_logged_reason() {
             assert!(text.contains("V8_DEVICES 0 "), "{text}");
         } else {
             assert!(text.contains("V12_INIT 2 CTX null\n"), "{text}");
-            assert!(text.contains("no active port on the RDMA devices"), "{text}");
+            assert!(
+                text.contains("no active port on the RDMA devices"),
+                "{text}"
+            );
         }
         return;
     }
@@ -256,7 +263,6 @@ fn a_c_host_dlopens_the_plugin_and_init_fails_with_a_logged_reason() {
         2,
         "{text}"
     );
-
 }
 
 #[test]

@@ -337,6 +337,19 @@ fn relay(peers: &mut [Peer], what: &str) -> Checked {
     ))
 }
 
+/// Runs one side of a two-process check: the child process `cclkit check --peer`
+/// starts (see [`orchestrate`]).
+pub fn run_peer(args: &super::child::ChildArgs, rank: usize) -> std::process::ExitCode {
+    super::child::start_watchdog(args.timeout, "peer");
+    match Env::new(args, super::Family::Net) {
+        Ok(env) => run(&env, rank),
+        Err(e) => {
+            say(&format!("fail {e}"));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,18 +369,5 @@ mod tests {
         assert_eq!(a, messages(9, 0));
         assert_ne!(a, messages(9, 1));
         assert_eq!(a[3].len(), (1 << 20) + 3);
-    }
-}
-
-/// Runs one side of a two-process check: the child process `cclkit check --peer`
-/// starts (see [`orchestrate`]).
-pub fn run_peer(args: &super::child::ChildArgs, rank: usize) -> std::process::ExitCode {
-    super::child::start_watchdog(args.timeout, "peer");
-    match Env::new(args, super::Family::Net) {
-        Ok(env) => run(&env, rank),
-        Err(e) => {
-            say(&format!("fail {e}"));
-            std::process::ExitCode::FAILURE
-        }
     }
 }

@@ -152,19 +152,19 @@ impl BatchEvents {
         let g = &mut *g;
         // Open steps list a primitive's send links first, in link order.
         let (h, i, bytes) = g.open.get_mut(ch)?.get_mut(k)?;
-        if h.is_null() || !g.ops.get(*i)?.is_send {
+        let op = g.ops.get_mut(*i)?;
+        if h.is_null() || !op.is_send {
             return None;
         }
-        let h = std::mem::replace(h, EventHandle::NULL);
-        g.ctx.record(h, &state(S::PROXY_STEP_SEND_WAIT, *bytes));
         // Sends on one link complete in order, so the op's last step ends last: the
         // op goes with it (`close_steps` then stops a NULL handle).
-        let op = &mut g.ops[*i];
         let op_h = if op.left == 1 {
             std::mem::replace(&mut op.handle, EventHandle::NULL)
         } else {
             EventHandle::NULL
         };
+        let h = std::mem::replace(h, EventHandle::NULL);
+        g.ctx.record(h, &state(S::PROXY_STEP_SEND_WAIT, *bytes));
         Some(SlotStep::new(Arc::clone(&g.ctx), h, op_h))
     }
 

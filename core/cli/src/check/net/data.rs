@@ -152,7 +152,9 @@ pub(crate) fn sendrecv(env: &Env) -> Checked {
         let data = rng.bytes(len);
         let (got, _, n) = setup::transfer(&mut flow, &data, room, 2, false)?;
         if n != len {
-            return fail!("a {len}-byte send into a {room}-byte receive reported {n} bytes");
+            return fail!(
+                "a {len}-byte send into a {room}-byte receive reported {n} bytes ({SIZE_USE})"
+            );
         }
         if got[..len] != data[..] {
             return fail!("a {len}-byte send into a {room}-byte receive arrived corrupted");
@@ -194,11 +196,17 @@ fn send_first(flow: &mut Flow, data: &[u8]) -> Result<(Vec<u8>, usize, usize), S
     Ok((rbuf.to_vec(), sent, n))
 }
 
+/// What NCCL does with the size a receive's `test()` reports (`src/transport/net.cc`
+/// receive proxy), said with every wrong size.
+const SIZE_USE: &str = "NCCL uses the received size only for profiler events and to decide \
+     whether a GPU receive needs iflush: a wrong size misreports the profile or skips the \
+     flush on GPU memory; cclkit perf warns once per connection and CCLKIT_STRICT=1 fails";
+
 /// Checks contents and sizes of one arrival (a send may leave its size unwritten: 0).
 fn check_arrival(data: &[u8], got: &[u8], sent: usize, n: usize) -> Result<(), Stop> {
     if n != data.len() {
         return fail!(
-            "test() reported {n} bytes received for a {}-byte send",
+            "test() reported {n} bytes received for a {}-byte send ({SIZE_USE})",
             data.len()
         );
     }
