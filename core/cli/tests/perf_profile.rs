@@ -335,11 +335,13 @@ fn socket_net_events_nest_under_send_proxy_steps() {
         }
         assert!(send_steps > 0, "rank {rank}: no send proxy step");
         // A send step now ends when its send completes; its ProxyOp ends with the
-        // last one, never before (the trace rounds times to 1 ns).
+        // last one, never before. Ends are `ts + dur` in µs since the epoch (~1.8e15):
+        // an f64 there resolves 0.25 µs, so two ends one ULP apart are simultaneous.
+        const ULP_US: f64 = 0.25;
         for op in all.iter().filter(|s| s.cat == "ProxyOp") {
             for st in all.iter().filter(|s| s.parent() == Some(op.id())) {
                 assert!(
-                    st.end <= op.end + 0.001,
+                    st.end <= op.end + 2.0 * ULP_US,
                     "rank {rank}: {st:?} ends after its op {op:?}"
                 );
             }

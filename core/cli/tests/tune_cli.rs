@@ -34,7 +34,7 @@ fn show_template_tuner_switches_at_its_threshold() {
         SHORT,
     ));
     assert!(
-        t["tuner"].as_str().unwrap().starts_with("TemplateTuner v6"),
+        t["tuner"].as_str().unwrap().starts_with("TemplateTuner v7"),
         "{t}"
     );
     for b in [1024, 2048] {
