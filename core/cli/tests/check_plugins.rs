@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -15,27 +14,11 @@ use serde_json::Value;
 /// Runs `cclkit ARGS` with extra environment; kills it after `limit`.
 pub fn cclkit(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
-    cmd.args(args)
-        .env_remove("NCCL_DEBUG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).env_remove("NCCL_DEBUG");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("cclkit output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the child we spawned.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("cclkit {args:?} did not finish within {limit:?}");
-        }
-    }
+    common::run_bounded(cmd, limit)
 }
 
 /// `cclkit check LIB --json ARGS`: the exit code and the parsed report.

@@ -4,37 +4,14 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Output;
 
 use common::{Plugins, s};
 use serde_json::Value;
 
 /// Runs `cclkit ARGS` with only `env` set; kills it after 60 s.
 fn cclkit(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
-    cmd.args(args)
-        .env_clear()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(out) => out.expect("cclkit output"),
-        Err(_) => {
-            // SAFETY: plain kill(2) of the child we spawned.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("cclkit {args:?} did not finish within 60 s");
-        }
-    }
+    common::cclkit_clean(args, env)
 }
 
 fn json(out: &Output) -> Value {
