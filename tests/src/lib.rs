@@ -160,3 +160,27 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         }
     }
 }
+
+/// Records that `test` could not run here and why: one `cclkit-skip: TEST: WHY` line
+/// written straight to stderr (libtest captures only `print!`), which `make test`'s
+/// summary (`tests/skips.sh`) lists. Call it only where skipping is legitimate (e.g. not
+/// root); where a test must run, fail instead.
+pub fn skip(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("cclkit-skip: {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// Whether this process runs as root (CI's case: namespace tests must run there).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether this machine has the NVIDIA driver library (`libcuda.so.1`).
+pub fn cuda_driver_present() -> bool {
+    ["libcuda.so.1", "libcuda.so"]
+        .iter()
+        // SAFETY: only probes whether the NVIDIA driver library can be loaded.
+        .any(|n| unsafe { libloading::Library::new(*n) }.is_ok())
+}

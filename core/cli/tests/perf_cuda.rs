@@ -2,24 +2,6 @@
 //! every element checks out; without a CUDA driver it fails at once with the reason.
 //! (The runtime's device path itself is tested in `cclkit-runtime`'s `cuda` tests.)
 
-use std::io::Write;
-
-/// Records that `test` did not run here and why. The line goes straight to stderr:
-/// libtest captures only `print!`/`eprint!`, so it shows in `cargo test` output of a
-/// passing test, and `make test` lists it (tests/skips.sh).
-fn skip(test: &str, why: &str) {
-    let line = format!("cclkit-skip: {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
-/// Whether this machine has the CUDA driver library.
-fn cclkit_kernels_driver_present() -> bool {
-    ["libcuda.so.1", "libcuda.so"]
-        .iter()
-        // SAFETY: only probes whether the NVIDIA driver library can be loaded.
-        .any(|n| unsafe { libloading::Library::new(*n) }.is_ok())
-}
-
 /// Seconds coreutils `timeout` gives `cclkit perf` before killing it (exit 124).
 const PERF_LIMIT: &str = "180";
 
@@ -70,8 +52,8 @@ fn perf_device_cuda_runs_and_checks_on_the_emulated_gpu() {
 
 #[test]
 fn perf_device_cuda_without_a_driver_fails_at_once() {
-    if cclkit_kernels_driver_present() {
-        skip(
+    if cclkit_tests::cuda_driver_present() {
+        cclkit_tests::skip(
             "perf_device_cuda_without_a_driver_fails_at_once",
             "a CUDA driver is installed, so its absence cannot be tested here (the GPU \
              path is kernels/cuda/gpu-check.sh)",

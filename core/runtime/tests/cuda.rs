@@ -236,8 +236,8 @@ fn expect_no_driver() {
 #[test]
 fn cuda_without_a_driver_fails_on_every_rank_with_a_clear_error() {
     rank!(expect_no_driver);
-    if cclkit_kernels_driver_present() {
-        skip(
+    if cclkit_tests::cuda_driver_present() {
+        cclkit_tests::skip(
             test_name!(),
             "a CUDA driver is installed, so its absence cannot be tested here (the GPU \
              path is kernels/cuda/gpu-check.sh)",
@@ -260,21 +260,4 @@ fn cuda_without_a_driver_fails_on_every_rank_with_a_clear_error() {
             "rank {r}: {e}"
         );
     }
-}
-
-/// Records that `test` did not run here and why. The line goes straight to stderr:
-/// libtest captures only `print!`/`eprint!`, so it shows in `cargo test` output of a
-/// passing test, and `make test` lists it (tests/skips.sh).
-fn skip(test: &str, why: &str) {
-    use std::io::Write;
-    let line = format!("cclkit-skip: {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
-/// Whether this machine has the CUDA driver library.
-fn cclkit_kernels_driver_present() -> bool {
-    ["libcuda.so.1", "libcuda.so"]
-        .iter()
-        // SAFETY: only probes whether the NVIDIA driver library can be loaded.
-        .any(|n| unsafe { libloading::Library::new(*n) }.is_ok())
 }

@@ -39,21 +39,6 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Records that `test` did not run here and why. The line goes straight to stderr:
-/// libtest captures only `print!`/`eprint!`, so it shows in `cargo test` output of a
-/// passing test, and `make test` lists it.
-fn skip(test: &str, why: &str) {
-    use std::io::Write;
-    let line = format!("cclkit-skip: {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
-/// Whether this process runs as root (the CI case).
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 impl Hosts {
     /// Creates them (as root), or says why it cannot.
     fn create() -> Result<Self, String> {
@@ -145,8 +130,8 @@ fn two_hosts() {
 #[test]
 fn two_namespaces_ring_keeps_host_ranks_adjacent() {
     rank!(two_hosts);
-    if !is_root() {
-        skip(
+    if !cclkit_tests::is_root() {
+        cclkit_tests::skip(
             test_name!(),
             "needs root to create network namespaces (CI runs it as root)",
         );

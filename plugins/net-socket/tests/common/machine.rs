@@ -5,19 +5,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-/// Records that `test` did not run here and why. The line goes straight to the
-/// process's stderr: libtest captures only `print!`/`eprint!` output, so this one shows
-/// in `cargo test` output even though the test passes, and `make test` collects it.
-pub fn skip(test: &str, why: &str) {
-    let line = format!("cclkit-skip: {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
-/// Whether this process runs as root (the CI case: everything must run there).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+// Not every test file that includes this module records skips.
+#[allow(unused_imports)]
+pub use cclkit_tests::{is_root, skip};
 
 /// Whether `lo` has an IPv6 address (`/proc/net/if_inet6` lists one).
 fn lo_has_ipv6() -> bool {
