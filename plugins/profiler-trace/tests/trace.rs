@@ -194,11 +194,15 @@ fn assert_tracks_nest(spans: &[serde_json::Value]) {
             .or_default()
             .push((ts, ts + s["dur"].as_f64().unwrap()));
     }
+    // The file holds exact microseconds since the epoch (~1.8e15); parsed as f64 (as
+    // the viewers do) they resolve 0.25 µs, so containment is judged within two ULPs.
+    const EPS: f64 = 0.5;
     for (tid, v) in by_tid {
         for a in &v {
             for b in &v {
-                let overlap = a.0 < b.1 && b.0 < a.1;
-                let nested = (a.0 <= b.0 && b.1 <= a.1) || (b.0 <= a.0 && a.1 <= b.1);
+                let overlap = a.0 + EPS < b.1 && b.0 + EPS < a.1;
+                let within = |o: &(f64, f64), i: &(f64, f64)| o.0 <= i.0 + EPS && i.1 <= o.1 + EPS;
+                let nested = within(a, b) || within(b, a);
                 assert!(
                     !overlap || nested,
                     "tid {tid}: {a:?} and {b:?} overlap without nesting"
