@@ -80,20 +80,10 @@ pub(crate) fn net(lib: &Library, version: u32) -> Result<NetPlugin, String> {
 /// The tuner of `version` in `lib`.
 pub(crate) fn tuner(lib: &Library, version: u32) -> Result<TunerPlugin, String> {
     let (symbol, addr) = table_addr(lib, Family::Tuner, version)?;
-    let raw = match version {
-        1 => RawTuner::V1(addr.cast()),
-        2 => RawTuner::V2(addr.cast()),
-        3 => RawTuner::V3(addr.cast()),
-        4 => RawTuner::V4(addr.cast()),
-        5 => RawTuner::V5(addr.cast()),
-        6 => RawTuner::V6(addr.cast()),
-        7 => RawTuner::V7(addr.cast()),
-        _ => {
-            return Err(format!(
-                "tuner v{version} is not an ABI version cclkit can drive"
-            ));
-        }
-    };
+    // SAFETY: `addr` is the data symbol of this version's table; `lib` (kept in the
+    // plugin) keeps it mapped.
+    let raw = unsafe { RawTuner::from_addr(addr, version) }
+        .ok_or_else(|| format!("tuner v{version} is not an ABI version cclkit can drive"))?;
     let name = raw
         .name()
         .ok_or_else(|| cause_text(&Cause::NullName, &symbol))?;

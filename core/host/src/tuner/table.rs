@@ -57,6 +57,25 @@ pub enum TunerRef<'a> {
 }
 
 impl RawTuner {
+    /// Wraps the table at `addr` as version `version` (`None`: a version cclkit
+    /// cannot drive).
+    ///
+    /// # Safety
+    /// `addr` must point to a readable `ncclTuner_v<version>_t` that stays valid as
+    /// long as the returned value is used.
+    pub unsafe fn from_addr(addr: NonNull<c_void>, version: u32) -> Option<Self> {
+        Some(match version {
+            1 => RawTuner::V1(addr.cast()),
+            2 => RawTuner::V2(addr.cast()),
+            3 => RawTuner::V3(addr.cast()),
+            4 => RawTuner::V4(addr.cast()),
+            5 => RawTuner::V5(addr.cast()),
+            6 => RawTuner::V6(addr.cast()),
+            7 => RawTuner::V7(addr.cast()),
+            _ => return None,
+        })
+    }
+
     /// The table, borrowed for as long as this value (whose owner keeps the library
     /// loaded).
     pub fn get(&self) -> TunerRef<'_> {
@@ -191,7 +210,9 @@ pub(crate) fn find(lib: &Library) -> Result<Found, Cause> {
                 expected,
             });
         }
-        let raw = from_addr(addr, version).ok_or(Cause::NotLoaded)?;
+        // SAFETY: `addr` is the library's data symbol of this version, kept mapped by
+        // the returned `Found`'s owner.
+        let raw = unsafe { RawTuner::from_addr(addr, version) }.ok_or(Cause::NotLoaded)?;
         return Ok(Found { raw, symbol });
     }
     Err(Cause::NoSymbol {
@@ -205,18 +226,5 @@ pub(crate) fn find(lib: &Library) -> Result<Found, Cause> {
             .flat_map(|&f| symbols::exported(lib, f))
             .map(|e| e.symbol)
             .collect(),
-    })
-}
-
-fn from_addr(addr: NonNull<c_void>, version: u32) -> Option<RawTuner> {
-    Some(match version {
-        1 => RawTuner::V1(addr.cast()),
-        2 => RawTuner::V2(addr.cast()),
-        3 => RawTuner::V3(addr.cast()),
-        4 => RawTuner::V4(addr.cast()),
-        5 => RawTuner::V5(addr.cast()),
-        6 => RawTuner::V6(addr.cast()),
-        7 => RawTuner::V7(addr.cast()),
-        _ => return None,
     })
 }
