@@ -17,7 +17,10 @@
 //!   magic are in the handle; connect/accept never block ([`conn`]).
 //! * **Data path**: receiver-driven, CTS FIFO, one QP per message round-robin (or
 //!   split), RDMA WRITE + WRITE_WITH_IMM shaped for adaptive routing, grouped
-//!   receives, GPU flush by loopback RDMA READ ([`proto`]).
+//!   receives, GPU flush by loopback RDMA READ, out-of-order receive queues matched
+//!   by id, per-QP profiler events ([`proto`]).
+//! * **NIC fusion**: virtual devices whose connections stripe QPs over several
+//!   physical ports, each with its own keys ([`vdev`]).
 //! * **Fatal events**: asynchronous device/CQ/QP errors fail the comms concerned on
 //!   their next call ([`fatal`], [`verbs::events`]).
 //! * **Memory**: `regMr`/`regMrDmaBuf` with a page-aligned, refcounted cache.
@@ -30,6 +33,7 @@
 //! | safe | [`verbs::safe`] | RAII device/PD/CQ/QP/MR; errors name the call, keep errno |
 //! | seam | [`nic::Nic`] | the few NIC operations the protocol needs |
 //! | routing | [`route`], [`fatal`] | address vectors; async fatal-event state |
+//! | devices | [`vdev`] | virtual devices fusing ports (`makeVDevice`) |
 //! | protocol | [`proto`] | FIFO slots, tags, splitting, immediates, MR cache |
 //! | plugin | [`plugin::IbNet`] | the [`cclkit_abi::net::Net`] implementation |
 //!
@@ -55,12 +59,17 @@ pub mod nic;
 pub mod plugin;
 pub mod proto;
 pub mod route;
+pub mod vdev;
 pub mod verbs;
 
 #[cfg(test)]
 mod fake;
 #[cfg(test)]
+mod plugin_fusion_tests;
+#[cfg(test)]
 mod plugin_item_tests;
+#[cfg(test)]
+mod plugin_prof_tests;
 #[cfg(test)]
 mod plugin_tests;
 

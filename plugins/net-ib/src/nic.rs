@@ -143,6 +143,11 @@ pub struct QpCaps {
     /// sender QPs REMOTE_WRITE, receiver QPs REMOTE_WRITE|REMOTE_READ, the flush QP
     /// LOCAL_WRITE|REMOTE_READ.
     pub access: u32,
+    /// Out-of-order receive queue (`NCCL_IB_OOO_RQ`; mlx5's
+    /// `MLX5DV_QP_CREATE_OOO_DP`): an incoming WRITE_WITH_IMM may consume any posted
+    /// receive, not the oldest, so its completion's `wr_id` does not name the
+    /// message; the protocol then matches by the immediate.
+    pub ooo_rq: bool,
 }
 
 /// `IBV_ACCESS_LOCAL_WRITE`.
@@ -170,6 +175,14 @@ pub trait Nic: Send + Sync + 'static {
     /// Adaptive routing is on for this port (`NCCL_IB_ADAPTIVE_ROUTING`; NCCL's
     /// default: on for InfiniBand, off for RoCE).
     fn adaptive_routing(&self) -> bool;
+
+    /// Out-of-order receive queues (NCCL's `ncclIbQueryOooRqSize`): `None` when the
+    /// provider interface that could enable them is not available (NCCL: a non-mlx5
+    /// provider; here also: mlx5dv is not bound), else the device's largest OOO
+    /// receive queue (`ooo_recv_wrs_caps.max_rc`; 0 = the device has none).
+    fn ooo_rq_size(&self) -> Option<u32> {
+        None
+    }
 
     /// Registers `[addr, addr + len)`.
     ///

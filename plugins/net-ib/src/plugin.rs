@@ -3,11 +3,12 @@
 
 use std::ffi::CStr;
 use std::net::{IpAddr, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use cclkit_abi::net::{
     Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
 };
+use cclkit_abi::profiler::net::RequestProfiler;
 use cclkit_abi::raw::common::{ptr, subsys};
 use cclkit_abi::{Error, Result, nccl_info};
 
@@ -15,13 +16,16 @@ use crate::config::Config;
 use crate::conn::setup::{Connecting, Listener};
 use crate::conn::sock::{interfaces, pick_address};
 use crate::nic::{Link, Nic, WriteOrder};
-use crate::proto::MAX_MESSAGE;
 use crate::proto::endpoint::{AcceptOpts, ConnectOpts, sender_link};
 use crate::proto::mr_cache::{CacheEntry, MrCache};
 use crate::proto::plan::SendOpts;
 use crate::proto::recv::{Receiver, RecvTarget};
 use crate::proto::request::{ReqCell, State};
 use crate::proto::send::{SendBuf, Sender};
+use crate::proto::{MAX_DEVS, MAX_MESSAGE};
+use crate::vdev::{MAX_VDEVS, PhysInfo, VDev, fuse};
+
+mod regs;
 
 /// Where devices come from.
 pub trait Backend: Send + Sync + 'static {
@@ -54,7 +58,10 @@ struct Device<N: Nic> {
 /// The plugin over backend `B`.
 pub struct IbNet<B: Backend> {
     cfg: Config,
+    /// Physical ports.
     devices: Vec<Device<B::Nic>>,
+    /// What NCCL sees as devices: one per port, then those `makeVDevice` appended.
+    vdevs: RwLock<Vec<VDev>>,
     listen_ip: IpAddr,
 }
 
@@ -91,12 +98,14 @@ pub struct IbRecv<N: Nic> {
     _side_channel: TcpStream,
 }
 
-/// A registration handed to NCCL: a reference to a cached NIC registration (none
-/// for an empty buffer, which needs no key).
+/// A registration handed to NCCL: one cached NIC registration per physical port of
+/// the (virtual) device (none for an empty buffer, which needs no key), as NCCL's
+/// `mrs[]`.
 pub struct IbMr<M> {
     dev: usize,
     kind: i32,
-    entry: Option<Arc<CacheEntry<M>>>,
+    /// (physical port, its registration), in the virtual device's order.
+    entries: Vec<(usize, Arc<CacheEntry<M>>)>,
 }
 
 enum Side<N: Nic> {
@@ -120,7 +129,7 @@ impl<B: Backend> IbNet<B> {
     pub fn from_parts(cfg: Config, found: Vec<(B::Nic, Properties)>, listen_ip: IpAddr) -> Self {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let devices = found
+        let devices: Vec<Device<B::Nic>> = found
             .into_iter()
             .map(|(nic, props)| Device {
                 nic: Arc::new(nic),
@@ -128,23 +137,41 @@ impl<B: Backend> IbNet<B> {
                 cache: Mutex::new(MrCache::new(page)),
             })
             .collect();
+        let vdevs = devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| VDev::physical(i, d.props.clone()))
+            .collect();
         Self {
             cfg,
             devices,
+            vdevs: RwLock::new(vdevs),
             listen_ip,
         }
     }
 
-    fn device(&self, dev: usize) -> Result<&Device<B::Nic>> {
-        self.devices
+    /// Virtual device `dev` (NCCL's device index).
+    fn vdev(&self, dev: usize) -> Result<VDev> {
+        self.vdevs
+            .read()
+            .map_err(|_| Error::internal("NET/cclkit-ib: device list poisoned"))?
             .get(dev)
+            .cloned()
             .ok_or_else(|| Error::invalid_argument(format!("device {dev} out of range")))
+    }
+
+    /// The NICs of virtual device `v`, in its order.
+    fn nics(&self, v: &VDev) -> Vec<Arc<B::Nic>> {
+        v.devs
+            .iter()
+            .map(|&d| Arc::clone(&self.devices[d].nic))
+            .collect()
     }
 
     /// NCCL's `flushEnabled`: GPUDirect possible (peer memory or dma-buf) and
     /// `NCCL_GDR_FLUSH_DISABLE` unset.
-    fn flush_enabled(&self, dev: &Device<B::Nic>) -> bool {
-        !self.cfg.gdr_flush_disable && dev.props.ptr_support & (ptr::CUDA | ptr::DMABUF) != 0
+    fn flush_enabled(&self, props: &Properties) -> bool {
+        !self.cfg.gdr_flush_disable && props.ptr_support & (ptr::CUDA | ptr::DMABUF) != 0
     }
 
     fn comm_dev(comm: &CommRef<'_, Self>) -> usize {
@@ -156,59 +183,23 @@ impl<B: Backend> IbNet<B> {
 
     /// GPU memory through `regMr` needs peer memory (NCCL_PTR_CUDA); through
     /// `regMrDmaBuf` it needs dma-buf (NCCL_PTR_DMABUF).
-    fn check_kind(&self, dev: &Device<B::Nic>, kind: i32, dmabuf: bool) -> Result<()> {
+    fn check_kind(&self, dev: &Properties, kind: i32, dmabuf: bool) -> Result<()> {
         let need = if dmabuf { ptr::DMABUF } else { ptr::CUDA };
         match kind {
             ptr::HOST => Ok(()),
-            ptr::CUDA if dev.props.ptr_support & need != 0 => Ok(()),
+            ptr::CUDA if dev.ptr_support & need != 0 => Ok(()),
             ptr::CUDA if dmabuf => Err(Error::internal(format!(
                 "NET/cclkit-ib: {} cannot register GPU memory through dma-buf \
                  (the dma-buf probe failed)",
-                dev.props.name
+                dev.name
             ))),
             ptr::CUDA => Err(Error::internal(format!(
                 "NET/cclkit-ib: {} cannot register GPU memory with ibv_reg_mr: no peer-memory \
                  module (nvidia_peermem); NCCL should use regMrDmaBuf or host staging",
-                dev.props.name
+                dev.name
             ))),
             k => Err(Error::invalid_argument(format!(
                 "regMr: unknown pointer type {k}"
-            ))),
-        }
-    }
-
-    /// The registration covering `[addr, addr+len)` on `dev`, as its cache entry.
-    fn covering<'m>(
-        &self,
-        dev: usize,
-        mr: Option<&'m IbMr<<B::Nic as Nic>::Mr>>,
-        addr: usize,
-        len: usize,
-    ) -> Result<Option<&'m CacheEntry<<B::Nic as Nic>::Mr>>> {
-        let Some(mr) = mr else {
-            return if len == 0 {
-                Ok(None)
-            } else {
-                Err(Error::invalid_argument(
-                    "NET/cclkit-ib: buffer without a registration (mhandle is NULL)",
-                ))
-            };
-        };
-        if mr.dev != dev {
-            return Err(Error::invalid_argument(format!(
-                "NET/cclkit-ib: registration of device {} used on device {dev}",
-                mr.dev
-            )));
-        }
-        match &mr.entry {
-            _ if len == 0 => Ok(None),
-            Some(e) if e.covers(addr, len) => Ok(Some(e)),
-            Some(e) => Err(Error::invalid_argument(format!(
-                "NET/cclkit-ib: buffer {addr:#x}+{len} lies outside its registration {:#x}+{}",
-                e.start, e.len
-            ))),
-            None => Err(Error::invalid_argument(format!(
-                "NET/cclkit-ib: buffer {addr:#x}+{len} used with an empty registration"
             ))),
         }
     }
@@ -258,11 +249,11 @@ impl<B: Backend> Net for IbNet<B> {
     }
 
     fn devices(&self) -> usize {
-        self.devices.len()
+        self.vdevs.read().map_or(0, |v| v.len())
     }
 
     fn properties(&self, dev: usize) -> Result<Properties> {
-        Ok(self.device(dev)?.props.clone())
+        Ok(self.vdev(dev)?.props)
     }
 
     fn open_context(&self, _comm_id: u64, config: CommConfig) -> Result<CommCtx> {
@@ -277,41 +268,37 @@ impl<B: Backend> Net for IbNet<B> {
         })
     }
 
-    /// NCCL's `ncclIbMakeVDevice`: one device is itself; several are refused with
-    /// `NCCL_IB_MERGE_NICS=0` or mixed link layers, as NCCL does. Fusing several
-    /// NICs into one (QPs striped over them) is not implemented: refused clearly, so
-    /// NCCL keeps using the NICs one by one.
+    /// NCCL's `ncclIbMakeVDevice`: appends a virtual device fusing `devs` (see
+    /// [`crate::vdev`]); refused with `NCCL_IB_MERGE_NICS=0` or mixed link layers.
     fn make_vdevice(&self, devs: &[usize]) -> Result<usize> {
-        let first = *devs
-            .first()
-            .ok_or_else(|| Error::invalid_usage("NET/cclkit-ib: makeVDevice with 0 devices"))?;
-        for &d in devs {
-            self.device(d)?;
-        }
-        if devs.len() == 1 {
-            return Ok(first);
-        }
-        if !self.cfg.merge_nics {
-            return Err(Error::invalid_usage(
-                "NET/cclkit-ib: skipping makeVDevice, NCCL_IB_MERGE_NICS=0",
-            ));
-        }
-        let ll = |d: usize| self.devices[d].nic.port_addr().link_layer;
-        if let Some(&other) = devs.iter().find(|&&d| ll(d) != ll(first)) {
+        let phys: Vec<PhysInfo<'_>> = self
+            .devices
+            .iter()
+            .map(|d| PhysInfo {
+                props: &d.props,
+                link_layer: d.nic.port_addr().link_layer,
+            })
+            .collect();
+        let v = fuse(self.cfg.merge_nics, devs, &phys)?;
+        let mut all = self
+            .vdevs
+            .write()
+            .map_err(|_| Error::internal("NET/cclkit-ib: device list poisoned"))?;
+        if all.len() >= MAX_VDEVS {
             return Err(Error::invalid_usage(format!(
-                "NET/cclkit-ib: attempted to merge incompatible devices {} and {} (link layers \
-                 {} and {}); select NICs of one link type with NCCL_IB_HCA",
-                self.devices[first].props.name,
-                self.devices[other].props.name,
-                ll(first),
-                ll(other)
+                "NET/cclkit-ib: cannot allocate any more virtual devices ({MAX_VDEVS})"
             )));
         }
-        Err(Error::invalid_usage(format!(
-            "NET/cclkit-ib: fusing {} NICs into one virtual NIC is not implemented by cclkit-ib; \
-             use the NICs separately (NCCL_IB_MERGE_NICS=0)",
-            devs.len()
-        )))
+        nccl_info!(
+            subsys::NET,
+            "NET/cclkit-ib: made virtual device [{}] name={} speed={} ndevs={}",
+            all.len(),
+            v.props.name,
+            v.props.speed_mbps,
+            v.devs.len()
+        );
+        all.push(v);
+        Ok(all.len() - 1)
     }
 
     fn listen(
@@ -320,14 +307,15 @@ impl<B: Backend> Net for IbNet<B> {
         dev: usize,
         handle: &mut NetHandle,
     ) -> Result<Self::ListenComm> {
-        let d = self.device(dev)?;
+        let v = self.vdev(dev)?;
         let _ = ctx;
         let opts = AcceptOpts {
-            flush: self.flush_enabled(d),
+            flush: self.flush_enabled(&v.props),
             fifo_tc: self.cfg.fifo_tc,
             inline: self.cfg.use_inline,
+            ooo_rq: self.cfg.ooo_rq,
         };
-        let inner = Listener::new(Arc::clone(&d.nic), self.listen_ip, opts, handle)?;
+        let inner = Listener::new(self.nics(&v), self.listen_ip, opts, handle)?;
         Ok(IbListen { dev, inner })
     }
 
@@ -337,20 +325,22 @@ impl<B: Backend> Net for IbNet<B> {
         dev: usize,
         handle: &mut NetHandle,
     ) -> Result<Option<Self::SendComm>> {
-        let d = self.device(dev)?;
         let mut state = match handle.take_pending::<Connecting<B::Nic>>() {
             Some(s) => s,
             None => Box::new(Connecting::start(
-                Arc::clone(&d.nic),
+                self.nics(&self.vdev(dev)?),
                 handle,
                 ConnectOpts {
                     nqps: self.cfg.qps_per_connection,
                     link: ctx.link,
                     ece: self.cfg.ece_enable,
+                    ooo_rq: self.cfg.ooo_rq,
                     send: SendOpts {
                         split: self.cfg.split_data_on_qps,
-                        ar: false, // the NIC's setting, applied at connect
+                        // The NIC's setting and the negotiated OOO RQ, at connect.
+                        ar: false,
                         ar_threshold: self.cfg.ar_threshold,
+                        ooo: false,
                     },
                 },
             )?),
@@ -378,26 +368,12 @@ impl<B: Backend> Net for IbNet<B> {
 
     fn reg_mr(&self, comm: CommRef<'_, Self>, region: MemRegion) -> Result<Self::Mr> {
         let dev = Self::comm_dev(&comm);
-        let d = self.device(dev)?;
-        self.check_kind(d, region.kind, false)?;
-        if region.len == 0 {
-            return Ok(IbMr {
-                dev,
-                kind: region.kind,
-                entry: None,
-            });
-        }
-        let entry =
-            lock(&d.cache)?.acquire(region.addr, region.len, region.kind, |start, len| {
-                // SAFETY: NCCL keeps the buffer allocated until deregMr, and the cache
-                // drops this registration at the last deregMr covering it; the pages
-                // around the buffer belong to the same allocation's mappings.
-                unsafe { d.nic.reg_mr(start, len, WriteOrder::Relaxed) }
-            })?;
-        Ok(IbMr {
-            dev,
-            kind: region.kind,
-            entry: Some(entry),
+        self.check_kind(&self.vdev(dev)?.props, region.kind, false)?;
+        self.register(dev, region, |nic, start, len| {
+            // SAFETY: NCCL keeps the buffer allocated until deregMr, and the cache
+            // drops this registration at the last deregMr covering it; the pages
+            // around the buffer belong to the same allocation's mappings.
+            unsafe { nic.reg_mr(start, len, WriteOrder::Relaxed) }
         })
     }
 
@@ -409,44 +385,23 @@ impl<B: Backend> Net for IbNet<B> {
         fd: i32,
     ) -> Result<Self::Mr> {
         let dev = Self::comm_dev(&comm);
-        let d = self.device(dev)?;
-        if d.props.ptr_support & ptr::DMABUF == 0 {
+        let props = self.vdev(dev)?.props;
+        if props.ptr_support & ptr::DMABUF == 0 {
             return Err(Error::internal(format!(
                 "NET/cclkit-ib: {} does not support dma-buf registration",
-                d.props.name
+                props.name
             )));
         }
-        self.check_kind(d, region.kind, true)?;
-        if region.len == 0 {
-            return Ok(IbMr {
-                dev,
-                kind: region.kind,
-                entry: None,
-            });
-        }
+        self.check_kind(&props, region.kind, true)?;
         // Like NCCL: the page-aligned range is the iova, the offset is the caller's.
-        let entry =
-            lock(&d.cache)?.acquire(region.addr, region.len, region.kind, |start, len| {
-                d.nic.reg_mr_dmabuf(start, len, offset, fd)
-            })?;
-        Ok(IbMr {
-            dev,
-            kind: region.kind,
-            entry: Some(entry),
+        self.register(dev, region, |nic, start, len| {
+            nic.reg_mr_dmabuf(start, len, offset, fd)
         })
     }
 
     fn dereg_mr(&self, comm: CommRef<'_, Self>, mr: Self::Mr) -> Result<()> {
         let _ = comm;
-        let d = self.device(mr.dev)?;
-        let Some(entry) = mr.entry else {
-            return Ok(());
-        };
-        let last = lock(&d.cache)?.release(entry)?;
-        match last {
-            Some(m) => d.nic.dereg_mr(m),
-            None => Ok(()),
-        }
+        self.release(mr)
     }
 
     fn isend(
@@ -456,6 +411,18 @@ impl<B: Backend> Net for IbNet<B> {
         tag: i32,
         mr: Option<&Self::Mr>,
     ) -> Result<Option<Self::Request>> {
+        self.isend_profiled(comm, buf, tag, mr, RequestProfiler::none())
+    }
+
+    /// Reports one QP event per QP the send uses ([`crate::proto::prof`]).
+    fn isend_profiled(
+        &self,
+        comm: &mut Self::SendComm,
+        buf: Buf,
+        tag: i32,
+        mr: Option<&Self::Mr>,
+        profiler: RequestProfiler,
+    ) -> Result<Option<Self::Request>> {
         if buf.len() > MAX_MESSAGE {
             return Err(Error::invalid_argument(format!(
                 "isend of {} bytes exceeds maxP2pBytes ({MAX_MESSAGE})",
@@ -463,15 +430,15 @@ impl<B: Backend> Net for IbNet<B> {
             )));
         }
         let addr = buf.as_ptr() as usize;
-        let lkey = self
+        let lkeys = self
             .covering(comm.dev, mr, addr, buf.len())?
-            .map_or(0, |e| B::Nic::keys(&e.mr).0);
+            .map_or([0; MAX_DEVS], |k| k.0);
         let send = SendBuf {
             addr: addr as u64,
             len: buf.len(),
-            lkey,
+            lkeys,
         };
-        let cell = lock(&comm.inner)?.isend(send, tag)?;
+        let cell = lock(&comm.inner)?.isend_profiled(send, tag, profiler)?;
         Ok(cell.map(|cell| {
             Box::new(IbRequest {
                 cell,
@@ -484,22 +451,33 @@ impl<B: Backend> Net for IbNet<B> {
         &self,
         comm: &mut Self::RecvComm,
         bufs: &[RecvBuf<'_, Self::Mr>],
+        optional_completion: bool,
+    ) -> Result<Option<Self::Request>> {
+        self.irecv_profiled(comm, bufs, optional_completion, RequestProfiler::none())
+    }
+
+    /// Reports one QP event per QP the receive is posted on ([`crate::proto::prof`]).
+    fn irecv_profiled(
+        &self,
+        comm: &mut Self::RecvComm,
+        bufs: &[RecvBuf<'_, Self::Mr>],
         _optional_completion: bool,
+        profiler: RequestProfiler,
     ) -> Result<Option<Self::Request>> {
         let mut targets = Vec::with_capacity(bufs.len());
         for b in bufs {
             let addr = b.buf.as_ptr() as usize;
-            let rkey = self
+            let rkeys = self
                 .covering(comm.dev, b.mr, addr, b.buf.len())?
-                .map_or(0, |e| B::Nic::keys(&e.mr).1);
+                .map_or([0; MAX_DEVS], |k| k.1);
             targets.push(RecvTarget {
                 addr: addr as u64,
                 len: b.buf.len(),
-                rkey,
+                rkeys,
                 tag: b.tag,
             });
         }
-        let cell = lock(&comm.inner)?.irecv(&targets)?;
+        let cell = lock(&comm.inner)?.irecv_profiled(&targets, profiler)?;
         Ok(cell.map(|cell| {
             Box::new(IbRequest {
                 cell,
@@ -524,10 +502,10 @@ impl<B: Backend> Net for IbNet<B> {
             return Ok(None);
         };
         let addr = b.buf.as_ptr() as usize;
-        let entry = self
+        let (_, rkeys) = self
             .covering(comm.dev, Some(mr), addr, b.buf.len())?
             .ok_or_else(|| Error::internal("flush without registration"))?;
-        let target = (addr as u64, B::Nic::keys(&entry.mr).1);
+        let target = (addr as u64, rkeys);
         let cell = lock(&comm.inner)?.iflush(Some(target))?;
         Ok(cell.map(|cell| {
             Box::new(IbRequest {

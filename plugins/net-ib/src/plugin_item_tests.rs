@@ -1,12 +1,12 @@
 //! Issue-23 behaviours through the `Net` trait on the fake NIC: GPUDirect capability
-//! decisions, makeVDevice, and NCCL_IB_TC over the communicator's traffic class.
+//! decisions and NCCL_IB_TC over the communicator's traffic class.
 
 use cclkit_abi::net::{CommConfig, CommRef, Net, RecvBuf};
-use cclkit_abi::raw::common::{NcclResult, ptr};
+use cclkit_abi::raw::common::ptr;
 
 use crate::config::Config;
 use crate::fake::{FakeFabric, NodeCfg};
-use crate::plugin_tests::{buf, connect_ctx, err, node_with, region, wait};
+use crate::plugin_tests::{buf, connect_ctx, node_with, region, wait};
 use crate::route::LINK_ETHERNET;
 
 #[test]
@@ -51,39 +51,6 @@ fn gpu_memory_needs_peermem_for_regmr_and_dmabuf_for_regmrdmabuf() {
             b.dereg_mr(CommRef::Recv(&c.recv), mr).unwrap();
         }
     }
-}
-
-#[test]
-fn make_vdevice_follows_nccl_checks_and_refuses_fusion_clearly() {
-    let fabric = FakeFabric::new();
-    fabric.configure(
-        3,
-        NodeCfg {
-            link_layer: LINK_ETHERNET,
-            ..NodeCfg::default()
-        },
-    );
-    let net = node_with(&fabric, &[1, 2, 3], ptr::HOST, Config::default());
-    assert_eq!(net.make_vdevice(&[1]).unwrap(), 1, "one NIC is itself");
-    let e = err(net.make_vdevice(&[]));
-    assert_eq!(e.code(), NcclResult::INVALID_USAGE);
-    let e = err(net.make_vdevice(&[0, 2]));
-    assert!(e.message().contains("incompatible"), "{}", e.message());
-    let e = err(net.make_vdevice(&[0, 1]));
-    assert_eq!(e.code(), NcclResult::INVALID_USAGE);
-    assert!(e.message().contains("not implemented"), "{}", e.message());
-    let off = Config {
-        merge_nics: false,
-        ..Config::default()
-    };
-    let net = node_with(&fabric, &[1, 2], ptr::HOST, off);
-    let e = err(net.make_vdevice(&[0, 1]));
-    assert!(
-        e.message().contains("NCCL_IB_MERGE_NICS=0"),
-        "{}",
-        e.message()
-    );
-    assert!(net.make_vdevice(&[7]).is_err(), "unknown device");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use cclkit_abi::{Error, Result, nccl_warn};
 
 use super::sock::{Outgoing, connect_done, connect_start, read_until};
 use super::wire::{
-    HELLO_HEADER, MAX_META, READY, decode_meta, encode_meta, read_handle, write_handle,
+    HELLO_HEADER, MAX_META, READY, decode_meta, encode_meta, handle_devs, read_handle, write_handle,
 };
 use crate::nic::Nic;
 use crate::proto::endpoint::{AcceptOpts, ConnectOpts, SenderHalf, accept};
@@ -38,11 +38,13 @@ pub struct Connecting<N: Nic> {
 }
 
 impl<N: Nic> Connecting<N> {
-    /// Reads the peer's handle, starts the TCP connect and creates the sender's QPs.
-    pub fn start(nic: Arc<N>, handle: &NetHandle, opts: ConnectOpts) -> Result<Self> {
+    /// Reads the peer's handle, starts the TCP connect and creates the sender's QPs
+    /// on the physical devices `nics` of the (virtual) device.
+    pub fn start(nics: Vec<Arc<N>>, handle: &NetHandle, opts: ConnectOpts) -> Result<Self> {
         let (magic, peer) = read_handle(handle)?;
+        let remote_devs = handle_devs(handle)?;
         let stream = connect_start(peer).map_err(|e| io_err("connect to", peer, e))?;
-        let half = SenderHalf::new(nic, opts)?;
+        let half = SenderHalf::new(nics, remote_devs, opts)?;
         let meta = encode_meta(&half.meta());
         let mut hello = Vec::with_capacity(HELLO_HEADER + meta.len());
         hello.extend_from_slice(&magic.to_le_bytes());
@@ -158,8 +160,7 @@ impl<N: Nic> Accepting<N> {
         if self.receiver.is_none() {
             let meta = decode_meta(&self.hello[HELLO_HEADER..])
                 .map_err(|e| Reject::Drop(e.message().to_owned()))?;
-            let (receiver, mine) =
-                accept(Arc::clone(&l.nic), &meta, l.opts).map_err(Reject::Fatal)?;
+            let (receiver, mine) = accept(l.nics.clone(), &meta, l.opts).map_err(Reject::Fatal)?;
             let body = encode_meta(&mine);
             let mut out = (body.len() as u32).to_le_bytes().to_vec();
             out.extend_from_slice(&body);
@@ -182,7 +183,7 @@ impl<N: Nic> Accepting<N> {
 }
 
 struct ListenerShared<N: Nic> {
-    nic: Arc<N>,
+    nics: Vec<Arc<N>>,
     magic: u64,
     opts: AcceptOpts,
 }
@@ -195,8 +196,14 @@ pub struct Listener<N: Nic> {
 }
 
 impl<N: Nic> Listener<N> {
-    /// Listens on `ip` (any port) and fills `handle` for the peer.
-    pub fn new(nic: Arc<N>, ip: IpAddr, opts: AcceptOpts, handle: &mut NetHandle) -> Result<Self> {
+    /// Listens on `ip` (any port) for connections to the physical devices `nics` of
+    /// a (virtual) device and fills `handle` for the peer.
+    pub fn new(
+        nics: Vec<Arc<N>>,
+        ip: IpAddr,
+        opts: AcceptOpts,
+        handle: &mut NetHandle,
+    ) -> Result<Self> {
         let listener = TcpListener::bind((ip, 0))
             .map_err(|e| Error::io(&format!("NET/cclkit-ib: bind side channel on {ip}"), e))?;
         listener
@@ -205,11 +212,12 @@ impl<N: Nic> Listener<N> {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::io("NET/cclkit-ib: local_addr", e))?;
+        let shared_devs = nics.len();
         let magic = random_magic();
-        write_handle(handle, magic, addr);
+        write_handle(handle, magic, addr, shared_devs);
         Ok(Self {
             listener,
-            shared: ListenerShared { nic, magic, opts },
+            shared: ListenerShared { nics, magic, opts },
             pending: Vec::new(),
         })
     }

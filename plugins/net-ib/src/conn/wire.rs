@@ -1,7 +1,10 @@
 //! Bytes on the side channel: the listen handle and the connection metadata.
 //!
 //! Listen handle payload (inside NCCL's 128-byte handle):
-//! `magic u64 LE | family u8 (4/6) | ip [16] | port u16 BE | version u8`.
+//! `magic u64 LE | family u8 (4/6) | ip [16] | port u16 BE | version u8 | ndevs u8`
+//! (`ndevs`: physical ports of the listening virtual device, so the connector opens
+//! as many QPs as NCCL would, `NCCL_IB_QPS_PER_CONNECTION × max(ndevs, its own)`;
+//! NCCL exchanges the same through its vProps).
 //!
 //! Side channel, connector first:
 //! 1. connector → listener: `magic u64 LE | len u32 LE | ConnMeta` (the listener
@@ -9,10 +12,11 @@
 //! 2. listener → connector: `len u32 LE | ConnMeta`;
 //! 3. connector → listener: one byte `READY` once its QPs are connected.
 //!
-//! `ConnMeta` (little-endian): `version u32 | nqps u32 | lid u16 | link_layer u8 |
-//! mtu u8 | gid [16] | buf.addr u64 | buf.rkey u32 | tc u8 | sl u8 | flags u8 (bit 0:
-//! split data on QPs) | 0 u8 | per QP: qpn u32, ece_supported u32 (0/1), ece
-//! vendor_id u32, options u32, comp_mask u32`.
+//! `ConnMeta` (little-endian): `version u32 | nqps u32 | ndevs u32 | buf.addr u64 |
+//! buf.rkeys [u32; 8] | tc u8 | sl u8 | flags u8 (bit 0: split data on QPs, bit 1:
+//! out-of-order receive queues) | 0 u8 |
+//! per device: lid u16, link_layer u8, mtu u8, gid [16] | per QP: qpn u32,
+//! ece_supported u32 (0/1), ece vendor_id u32, options u32, comp_mask u32`.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -21,23 +25,27 @@ use cclkit_abi::{Error, Result};
 
 use crate::nic::{Ece, PortAddr};
 use crate::proto::endpoint::ConnMeta;
-use crate::proto::{MAX_QPS, RemoteBuf};
+use crate::proto::{MAX_CONN_QPS, MAX_DEVS, RemoteBuf};
 
-/// Protocol version; both sides must run the same.
-pub const VERSION: u32 = 2;
+/// Protocol version; both sides must run the same (3: virtual devices).
+pub const VERSION: u32 = 3;
 /// The byte that ends connection setup.
 pub const READY: u8 = 0xa5;
 /// Bytes of the connector's hello header (magic + length).
 pub const HELLO_HEADER: usize = 12;
-/// Bytes before the per-QP records.
-const HEADER: usize = 44;
+/// Bytes before the per-device records.
+const HEADER: usize = 56;
+/// Bytes per device record.
+const PER_DEV: usize = 20;
 /// Bytes per QP record.
 const PER_QP: usize = 20;
+/// Offset of the flags byte.
+const FLAGS: usize = 54;
 /// Largest metadata accepted.
-pub const MAX_META: usize = HEADER + PER_QP * MAX_QPS;
+pub const MAX_META: usize = HEADER + PER_DEV * MAX_DEVS + PER_QP * MAX_CONN_QPS;
 
-/// Writes the listen handle.
-pub fn write_handle(handle: &mut NetHandle, magic: u64, addr: SocketAddr) {
+/// Writes the listen handle of a virtual device of `ndevs` ports.
+pub fn write_handle(handle: &mut NetHandle, magic: u64, addr: SocketAddr, ndevs: usize) {
     let p = handle.payload_mut();
     p[0..8].copy_from_slice(&magic.to_le_bytes());
     match addr.ip() {
@@ -52,6 +60,20 @@ pub fn write_handle(handle: &mut NetHandle, magic: u64, addr: SocketAddr) {
     }
     p[25..27].copy_from_slice(&addr.port().to_be_bytes());
     p[27] = VERSION as u8;
+    p[28] = ndevs.min(MAX_DEVS) as u8;
+}
+
+/// The listener's number of ports, from its handle (checked by [`read_handle`] for
+/// the version first).
+pub fn handle_devs(handle: &NetHandle) -> Result<usize> {
+    let n = usize::from(handle.payload()[28]);
+    if (1..=MAX_DEVS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(Error::invalid_argument(format!(
+            "NET/cclkit-ib: bad handle: {n} devices (1..={MAX_DEVS})"
+        )))
+    }
 }
 
 /// Reads the listen handle: `(magic, address)`.
@@ -87,16 +109,21 @@ pub fn read_handle(handle: &NetHandle) -> Result<(u64, SocketAddr)> {
 
 /// Serialises connection metadata.
 pub fn encode_meta(m: &ConnMeta) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER + PER_QP * m.qpns.len());
+    let mut v = Vec::with_capacity(HEADER + PER_DEV * m.ports.len() + PER_QP * m.qpns.len());
     v.extend_from_slice(&VERSION.to_le_bytes());
     v.extend_from_slice(&(m.qpns.len() as u32).to_le_bytes());
-    v.extend_from_slice(&m.port.lid.to_le_bytes());
-    v.push(m.port.link_layer);
-    v.push(m.port.mtu);
-    v.extend_from_slice(&m.port.gid);
+    v.extend_from_slice(&(m.ports.len() as u32).to_le_bytes());
     v.extend_from_slice(&m.buf.addr.to_le_bytes());
-    v.extend_from_slice(&m.buf.rkey.to_le_bytes());
-    v.extend_from_slice(&[m.tc, m.sl, u8::from(m.split), 0]);
+    for k in m.buf.rkeys {
+        v.extend_from_slice(&k.to_le_bytes());
+    }
+    v.extend_from_slice(&[m.tc, m.sl, u8::from(m.split) | u8::from(m.ooo) << 1, 0]);
+    for p in &m.ports {
+        v.extend_from_slice(&p.lid.to_le_bytes());
+        v.push(p.link_layer);
+        v.push(p.mtu);
+        v.extend_from_slice(&p.gid);
+    }
     for (i, q) in m.qpns.iter().enumerate() {
         v.extend_from_slice(&q.to_le_bytes());
         let ece = m.ece.get(i).copied().flatten();
@@ -122,20 +149,43 @@ pub fn decode_meta(b: &[u8]) -> Result<ConnMeta> {
         return Err(bad("protocol version differs (mixed cclkit-ib versions?)"));
     }
     let nqps = u32_at(4)? as usize;
-    if !(1..=MAX_QPS).contains(&nqps) || b.len() != HEADER + PER_QP * nqps {
-        return Err(bad(&format!("{nqps} QPs in {} bytes", b.len())));
+    let ndevs = u32_at(8)? as usize;
+    if !(1..=MAX_CONN_QPS).contains(&nqps)
+        || !(1..=MAX_DEVS).contains(&ndevs)
+        || b.len() != HEADER + PER_DEV * ndevs + PER_QP * nqps
+    {
+        return Err(bad(&format!(
+            "{nqps} QPs on {ndevs} devices in {} bytes",
+            b.len()
+        )));
     }
-    if b[42] > 1 {
-        return Err(bad(&format!("flags {:#x}", b[42])));
+    if b[FLAGS] > 3 {
+        return Err(bad(&format!("flags {:#x}", b[FLAGS])));
     }
-    let mut gid = [0u8; 16];
-    gid.copy_from_slice(&b[12..28]);
     let mut addr = [0u8; 8];
-    addr.copy_from_slice(&b[28..36]);
+    addr.copy_from_slice(&b[12..20]);
+    let mut rkeys = [0u32; MAX_DEVS];
+    for (i, k) in rkeys.iter_mut().enumerate() {
+        *k = u32_at(20 + 4 * i)?;
+    }
+    let ports = (0..ndevs)
+        .map(|d| {
+            let o = HEADER + PER_DEV * d;
+            let mut gid = [0u8; 16];
+            gid.copy_from_slice(&b[o + 4..o + 20]);
+            PortAddr {
+                lid: u16::from_le_bytes([b[o], b[o + 1]]),
+                link_layer: b[o + 2],
+                mtu: b[o + 3],
+                gid,
+            }
+        })
+        .collect();
+    let qp_base = HEADER + PER_DEV * ndevs;
     let mut qpns = Vec::with_capacity(nqps);
     let mut ece = Vec::with_capacity(nqps);
     for i in 0..nqps {
-        let o = HEADER + PER_QP * i;
+        let o = qp_base + PER_QP * i;
         qpns.push(u32_at(o)?);
         ece.push(match u32_at(o + 4)? {
             0 => None,
@@ -148,19 +198,15 @@ pub fn decode_meta(b: &[u8]) -> Result<ConnMeta> {
         });
     }
     Ok(ConnMeta {
-        port: PortAddr {
-            lid: u16::from_le_bytes([b[8], b[9]]),
-            link_layer: b[10],
-            mtu: b[11],
-            gid,
-        },
+        ports,
         buf: RemoteBuf {
             addr: u64::from_le_bytes(addr),
-            rkey: u32_at(36)?,
+            rkeys,
         },
-        tc: b[40],
-        sl: b[41],
-        split: b[42] == 1,
+        tc: b[52],
+        sl: b[53],
+        split: b[FLAGS] & 1 != 0,
+        ooo: b[FLAGS] & 2 != 0,
         qpns,
         ece,
     })
@@ -175,11 +221,13 @@ mod tests {
         for addr in ["10.1.2.3:45678", "[2001:db8::7]:1"] {
             let addr: SocketAddr = addr.parse().unwrap();
             let mut h = NetHandle::zeroed();
-            write_handle(&mut h, 0xdead_beef_cafe_f00d, addr);
+            write_handle(&mut h, 0xdead_beef_cafe_f00d, addr, 3);
             assert_eq!(read_handle(&h).unwrap(), (0xdead_beef_cafe_f00d, addr));
+            assert_eq!(handle_devs(&h).unwrap(), 3);
         }
         let mut h = NetHandle::zeroed();
         assert!(read_handle(&h).is_err(), "a zeroed handle is not ours");
+        assert!(handle_devs(&h).is_err(), "0 devices");
         h.payload_mut()[27] = VERSION as u8;
         h.payload_mut()[8] = 5;
         assert!(read_handle(&h).unwrap_err().message().contains("family"));
@@ -188,12 +236,20 @@ mod tests {
     #[test]
     fn meta_round_trips_and_malformed_input_is_rejected() {
         let m = ConnMeta {
-            port: PortAddr {
-                lid: 0x1234,
-                gid: *b"0123456789abcdef",
-                link_layer: 2,
-                mtu: 5,
-            },
+            ports: vec![
+                PortAddr {
+                    lid: 0x1234,
+                    gid: *b"0123456789abcdef",
+                    link_layer: 2,
+                    mtu: 5,
+                },
+                PortAddr {
+                    lid: 0x4321,
+                    gid: *b"fedcba9876543210",
+                    link_layer: 2,
+                    mtu: 3,
+                },
+            ],
             qpns: vec![0x11, 0x222, 0x3333],
             ece: vec![
                 None,
@@ -206,18 +262,19 @@ mod tests {
             ],
             buf: RemoteBuf {
                 addr: 0x7fff_0000_1000,
-                rkey: 0xabcd,
+                rkeys: [0xabcd, 0xbcde, 0, 0, 0, 0, 0, 0xffff_ffff],
             },
             tc: 106,
             sl: 5,
             split: true,
+            ooo: true,
         };
         let b = encode_meta(&m);
-        assert_eq!(b.len(), 44 + 3 * 20);
+        assert_eq!(b.len(), 56 + 2 * 20 + 3 * 20);
         assert_eq!(decode_meta(&b).unwrap(), m);
         assert!(decode_meta(&b[..b.len() - 1]).is_err());
         let mut flags = b.clone();
-        flags[42] = 7;
+        flags[FLAGS] = 7;
         assert!(decode_meta(&flags).is_err());
         let mut wrong = b.clone();
         wrong[0] = 9;
@@ -230,6 +287,17 @@ mod tests {
         let mut many = b.clone();
         many[4] = 200;
         assert!(decode_meta(&many).is_err());
+        let mut devs = b.clone();
+        devs[8] = 9;
+        assert!(
+            decode_meta(&devs).is_err(),
+            "more devices than NCCL_IB_MAX_DEVS_PER_NIC"
+        );
+        devs[8] = 3;
+        assert!(
+            decode_meta(&devs).is_err(),
+            "device count must match the length"
+        );
         assert!(decode_meta(&[]).is_err());
     }
 }

@@ -433,8 +433,16 @@ impl Fabric {
                 remote_addr: wr.remote_addr,
             });
             if let Op::WriteImm(imm) = wr.op {
+                let pick = match self.qps.get(&peer_qpn) {
+                    // An out-of-order receive queue may hand any posted receive
+                    // to an arriving message.
+                    Some(p) if p.caps.ooo_rq && !p.rq.is_empty() => {
+                        self.rng.random_range(0..p.rq.len())
+                    }
+                    _ => 0,
+                };
                 if let Some(p) = self.qps.get_mut(&peer_qpn) {
-                    let recv_id = p.rq.pop_front().unwrap_or(u64::MAX);
+                    let recv_id = p.rq.remove(pick).unwrap_or(u64::MAX);
                     let pcq = p.cq;
                     let e = CqEntry {
                         c: completion(recv_id, 0, CompletionKind::RecvImm(imm), peer_qpn),

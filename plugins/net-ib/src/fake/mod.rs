@@ -33,6 +33,8 @@ use crate::route::{AddressVector, LINK_INFINIBAND};
 mod engine;
 mod nic;
 #[cfg(test)]
+mod ooo_tests;
+#[cfg(test)]
 mod tests;
 
 pub use engine::QpState;
@@ -80,6 +82,10 @@ pub struct NodeCfg {
     pub ar: bool,
     /// `IBV_QPF_GRH_REQUIRED`.
     pub grh_required: bool,
+    /// Out-of-order receive queues: `None` = a provider without them (what the
+    /// verbs NIC reports), `Some(n)` = an mlx5-like device whose OOO receive queues
+    /// hold up to `n` receives (0 = none).
+    pub ooo_rq: Option<u32>,
 }
 
 impl Default for NodeCfg {
@@ -92,6 +98,7 @@ impl Default for NodeCfg {
             ece: None,
             ar: false,
             grh_required: false,
+            ooo_rq: None,
         }
     }
 }
@@ -122,6 +129,8 @@ pub struct QpInfo {
     pub ece: Option<Ece>,
     /// `qp_access_flags`.
     pub access: u32,
+    /// Created with an out-of-order receive queue.
+    pub ooo_rq: bool,
 }
 
 /// The shared in-memory "network" of fake NICs.
@@ -258,6 +267,7 @@ impl FakeFabric {
             av: q.av,
             ece: q.ece,
             access: q.caps.access,
+            ooo_rq: q.caps.ooo_rq,
         })
     }
 }

@@ -105,6 +105,10 @@ impl Nic for FakeNic {
         self.fabric.node_cfg(self.node).ar
     }
 
+    fn ooo_rq_size(&self) -> Option<u32> {
+        self.fabric.node_cfg(self.node).ooo_rq
+    }
+
     unsafe fn reg_mr(&self, addr: usize, len: usize, order: WriteOrder) -> Result<FakeMr> {
         let mut f = self.fabric.lock();
         let (id, lkey, rkey) = register(&mut f, self.node, addr, len, order, FULL_ACCESS);
@@ -156,7 +160,19 @@ impl Nic for FakeNic {
         if f.cqs.get(&cq.id).is_none_or(|c| c.node != self.node) {
             return Err(einval("ibv_create_qp", "CQ of another device".into()));
         }
-        let ece = f.node(self.node).cfg.ece;
+        let cfg = f.node(self.node).cfg;
+        if caps.ooo_rq && cfg.ooo_rq.is_none_or(|n| n < caps.max_recv_wr) {
+            // What mlx5dv_create_qp does with MLX5DV_QP_CREATE_OOO_DP on a device
+            // without (large enough) OOO receive queues.
+            return Err(einval(
+                "mlx5dv_create_qp",
+                format!(
+                    "OOO_DP: device supports {:?} out-of-order receives, {} asked",
+                    cfg.ooo_rq, caps.max_recv_wr
+                ),
+            ));
+        }
+        let ece = cfg.ece;
         let qpn = f.id();
         f.qps.insert(
             qpn,

@@ -17,6 +17,7 @@ const CAPS: QpCaps = QpCaps {
     max_recv_wr: 4,
     max_inline: 0,
     access: ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+    ooo_rq: false,
 };
 
 struct Two {

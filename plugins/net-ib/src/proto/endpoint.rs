@@ -17,19 +17,24 @@ use std::sync::Arc;
 use cclkit_abi::{Error, Result, nccl_info};
 
 use super::fifo::{FIFO_BYTES, SIZES_BYTES};
+use super::ooo::{Ooo, check_size};
 use super::plan::SendOpts;
 use super::recv::{Flush, Receiver, RecvOpts};
 use super::send::Sender;
-use super::{DATA_QP_CAPS, FLUSH_QP_CAPS, MAX_QPS, Registered, RemoteBuf, cq_depth, recv_qp_caps};
-use crate::nic::{Ece, Link, Nic, PortAddr, QpCaps};
+use super::{
+    DATA_QP_CAPS, FLUSH_QP_CAPS, MAX_CONN_QPS, MAX_DEVS, Registered, RemoteBuf, cq_depth,
+    recv_qp_caps,
+};
+use crate::nic::{Completion, Ece, Link, Nic, PortAddr, QpCaps};
 use crate::route::LINK_ETHERNET;
 use cclkit_abi::raw::common::subsys;
 
 /// What one side tells the other at connection setup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnMeta {
-    /// How to reach the side's port.
-    pub port: PortAddr,
+    /// How to reach each physical device of the side's (virtual) device (1 …
+    /// [`MAX_DEVS`]); QP `i` of the side lives on device `i mod ports.len()`.
+    pub ports: Vec<PortAddr>,
     /// Its QP numbers, in connection order.
     pub qpns: Vec<u32>,
     /// Per QP: its ECE (sender: initial; receiver: reduced), `None` = unsupported.
@@ -42,37 +47,104 @@ pub struct ConnMeta {
     pub sl: u8,
     /// The sender's `NCCL_IB_SPLIT_DATA_ON_QPS` (the receiver echoes it).
     pub split: bool,
+    /// Sender: it has out-of-order receive queues ([`super::ooo`]); receiver: the
+    /// connection uses them.
+    pub ooo: bool,
 }
 
-/// QPs and CQ of one side.
+/// QPs and CQs of one side, striped over the physical devices of its virtual
+/// device as NCCL's `ncclIbSenderQpsCreate` does: QP `i` on device `i mod ndevs`,
+/// completing on that device's CQ.
 pub(super) struct Endpoint<N: Nic> {
-    // QPs before the CQ they complete on.
+    // QPs before the CQs they complete on.
     pub qps: Vec<N::Qp>,
-    pub cq: N::Cq,
-    pub nic: Arc<N>,
+    pub cqs: Vec<N::Cq>,
+    pub nics: Vec<Arc<N>>,
+    /// Devices of the peer's virtual device: QP `i` reaches the peer's device
+    /// `i mod remote_devs` (NCCL's `remDevIdx`). Set at connect.
+    pub remote_devs: usize,
+    /// Reused by [`poll`](Self::poll), so polling does not allocate.
+    scratch: Vec<Completion>,
 }
 
 impl<N: Nic> Endpoint<N> {
-    fn new(nic: Arc<N>, nqps: usize, caps: QpCaps) -> Result<Self> {
-        if !(1..=MAX_QPS).contains(&nqps) {
+    fn new(nics: Vec<Arc<N>>, nqps: usize, caps: QpCaps) -> Result<Self> {
+        let ndevs = nics.len();
+        if !(1..=MAX_DEVS).contains(&ndevs) {
             return Err(Error::invalid_argument(format!(
-                "{nqps} QPs per connection; expected 1..={MAX_QPS}"
+                "{ndevs} devices in a virtual device; expected 1..={MAX_DEVS}"
             )));
         }
-        let cq = nic.create_cq(cq_depth(nqps))?;
-        let qps = (0..nqps)
-            .map(|_| nic.create_qp(&cq, caps))
+        if !(1..=MAX_CONN_QPS).contains(&nqps) {
+            return Err(Error::invalid_argument(format!(
+                "{nqps} QPs per connection; expected 1..={MAX_CONN_QPS}"
+            )));
+        }
+        let per_dev = nqps.div_ceil(ndevs);
+        let cqs = nics
+            .iter()
+            .map(|nic| nic.create_cq(cq_depth(per_dev)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { qps, cq, nic })
+        let qps = (0..nqps)
+            .map(|i| nics[i % ndevs].create_qp(&cqs[i % ndevs], caps))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            qps,
+            cqs,
+            nics,
+            remote_devs: 1,
+            scratch: Vec::new(),
+        })
     }
 
     fn qpns(&self) -> Vec<u32> {
         self.qps.iter().map(N::qp_num).collect()
     }
 
-    /// Index of the QP numbered `qpn`.
-    pub fn qp_index(&self, qpn: u32) -> Option<usize> {
-        self.qps.iter().position(|q| N::qp_num(q) == qpn)
+    /// Devices of this side.
+    pub fn ndevs(&self) -> usize {
+        self.nics.len()
+    }
+
+    /// The device QP `q` lives on.
+    pub fn dev_of(&self, q: usize) -> usize {
+        q % self.nics.len()
+    }
+
+    /// The NIC QP `q` lives on.
+    pub fn nic_of(&self, q: usize) -> &N {
+        &self.nics[q % self.nics.len()]
+    }
+
+    /// The peer's device QP `q` reaches.
+    pub fn remote_dev_of(&self, q: usize) -> usize {
+        q % self.remote_devs.max(1)
+    }
+
+    /// Index of the QP numbered `qpn` on device `dev` (QP numbers are unique only
+    /// within a device).
+    pub fn qp_index(&self, dev: usize, qpn: u32) -> Option<usize> {
+        (dev..self.qps.len())
+            .step_by(self.nics.len())
+            .find(|&i| N::qp_num(&self.qps[i]) == qpn)
+    }
+
+    /// The first fatal asynchronous error of any device or CQ of this side.
+    pub fn check_fatal(&self) -> Result<()> {
+        self.nics
+            .iter()
+            .zip(&self.cqs)
+            .try_for_each(|(nic, cq)| nic.check_fatal(cq))
+    }
+
+    /// Polls every device's CQ into `out` (tagged with the device index).
+    pub fn poll(&mut self, out: &mut Vec<(usize, Completion)>, max: usize) -> Result<()> {
+        for (d, (nic, cq)) in self.nics.iter().zip(self.cqs.iter_mut()).enumerate() {
+            self.scratch.clear();
+            nic.poll_cq(cq, &mut self.scratch, max)?;
+            out.extend(self.scratch.iter().map(|c| (d, *c)));
+        }
+        Ok(())
     }
 
     fn check_peer(&self, remote: &ConnMeta) -> Result<()> {
@@ -83,13 +155,36 @@ impl<N: Nic> Endpoint<N> {
                 self.qps.len()
             )));
         }
-        if remote.port.link_layer != self.nic.port_addr().link_layer {
+        if !(1..=MAX_DEVS).contains(&remote.ports.len()) {
             return Err(Error::remote(format!(
-                "NET/cclkit-ib: cannot connect link layer {} to link layer {} (select NICs of \
-                 one link type with NCCL_IB_HCA)",
-                self.nic.port_addr().link_layer,
-                remote.port.link_layer
+                "peer announces {} devices (1..={MAX_DEVS})",
+                remote.ports.len()
             )));
+        }
+        let ll = self.nics[0].port_addr().link_layer;
+        if let Some(p) = remote.ports.iter().find(|p| p.link_layer != ll) {
+            return Err(Error::remote(format!(
+                "NET/cclkit-ib: cannot connect link layer {ll} to link layer {} (select NICs of \
+                 one link type with NCCL_IB_HCA)",
+                p.link_layer
+            )));
+        }
+        Ok(())
+    }
+
+    /// Connects QP `i` to the peer's QP `i` on the peer device it reaches.
+    fn connect_all(
+        &mut self,
+        remote: &ConnMeta,
+        link: Link,
+        mut before_rtr: impl FnMut(&N, usize, &mut N::Qp) -> Result<()>,
+    ) -> Result<()> {
+        self.remote_devs = remote.ports.len();
+        for i in 0..self.qps.len() {
+            let nic = Arc::clone(&self.nics[i % self.nics.len()]);
+            let port = remote.ports[i % self.remote_devs];
+            before_rtr(&nic, i, &mut self.qps[i])?;
+            nic.connect_qp(&mut self.qps[i], &port, remote.qpns[i], link)?;
         }
         Ok(())
     }
@@ -98,12 +193,15 @@ impl<N: Nic> Endpoint<N> {
 /// What the sender needs from its settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectOpts {
-    /// QPs per connection.
+    /// QPs per connection on each device (`NCCL_IB_QPS_PER_CONNECTION`; NCCL's
+    /// `nQpsPerDev`): a virtual device of `n` NICs opens `n ×` this many.
     pub nqps: usize,
     /// Traffic class and SL, already resolved as NCCL's `ncclIbConnect` does.
     pub link: Link,
     /// `NCCL_IB_ECE_ENABLE`.
     pub ece: bool,
+    /// `NCCL_IB_OOO_RQ`.
+    pub ooo_rq: bool,
     /// Data-path shape.
     pub send: SendOpts,
 }
@@ -125,20 +223,35 @@ pub struct SenderHalf<N: Nic> {
     sizes_out: Registered<N>,
     ece: Vec<Option<Ece>>,
     opts: ConnectOpts,
+    ooo: Ooo,
 }
 
 impl<N: Nic> SenderHalf<N> {
-    /// QPs, CQ, the FIFO the receiver writes into and the staging of size records.
-    pub fn new(nic: Arc<N>, opts: ConnectOpts) -> Result<Self> {
-        let fifo = Registered::new(&*nic, FIFO_BYTES)?;
-        let sizes_out = Registered::new(&*nic, SIZES_BYTES)?;
-        let ep = Endpoint::new(nic, opts.nqps, DATA_QP_CAPS)?;
+    /// QPs striped over `nics`, CQs, the FIFO the receiver writes into and the
+    /// staging of size records. A peer of `remote_devs` ports: NCCL opens
+    /// `opts.nqps × max(local, remote)` QPs, so every port of both sides gets some.
+    pub fn new(nics: Vec<Arc<N>>, remote_devs: usize, opts: ConnectOpts) -> Result<Self> {
+        let fifo = Registered::new(&nics, FIFO_BYTES)?;
+        let sizes_out = Registered::new(&nics, SIZES_BYTES)?;
+        let nqps = opts.nqps * nics.len().max(remote_devs);
+        let ooo = Ooo::local(opts.ooo_rq, &nics)?;
+        // A forced but unsupported side cannot connect to anyone (NCCL fails at QP
+        // creation); say so before opening anything.
+        if let Ooo::Forced { supported: false } = ooo {
+            ooo.with_peer(false)?;
+        }
+        let caps = QpCaps {
+            ooo_rq: ooo.announce(),
+            ..DATA_QP_CAPS
+        };
+        let ep = Endpoint::new(nics, nqps, caps)?;
         let ece = ep
             .qps
             .iter()
-            .map(|qp| {
+            .enumerate()
+            .map(|(i, qp)| {
                 if opts.ece {
-                    ep.nic.query_ece(qp)
+                    ep.nic_of(i).query_ece(qp)
                 } else {
                     Ok(None)
                 }
@@ -150,42 +263,48 @@ impl<N: Nic> SenderHalf<N> {
             sizes_out,
             ece,
             opts,
+            ooo,
         })
     }
 
     /// What the receiver needs.
     pub fn meta(&self) -> ConnMeta {
         ConnMeta {
-            port: self.ep.nic.port_addr(),
+            ports: self.ep.nics.iter().map(|n| n.port_addr()).collect(),
             qpns: self.ep.qpns(),
             ece: self.ece.clone(),
             buf: self.fifo.remote(),
             tc: self.opts.link.traffic_class,
             sl: self.opts.link.sl,
             split: self.opts.send.split,
+            ooo: self.ooo.announce(),
         }
     }
 
     /// Connects to the receiver described by `remote` (NCCL's `ncclIbSenderQpsToRts`).
     pub fn connect(mut self, remote: &ConnMeta) -> Result<Sender<N>> {
         self.ep.check_peer(remote)?;
+        let ooo = self.ooo.with_peer(remote.ooo)?;
         let link = Link {
-            traffic_class: if remote.port.link_layer == LINK_ETHERNET {
+            traffic_class: if remote.ports[0].link_layer == LINK_ETHERNET {
                 remote.tc
             } else {
                 0
             },
             sl: remote.sl,
         };
-        let nic = Arc::clone(&self.ep.nic);
-        for (i, qp) in self.ep.qps.iter_mut().enumerate() {
-            if let (Some(_), Some(reduced)) = (self.ece[i], remote.ece[i]) {
+        let ece = &self.ece;
+        self.ep.connect_all(remote, link, |nic, i, qp| {
+            if let (Some(_), Some(reduced)) = (ece[i], remote.ece[i]) {
                 nic.set_ece(qp, &reduced)?;
             }
-            nic.connect_qp(qp, &remote.port, remote.qpns[i], link)?;
-        }
+            Ok(())
+        })?;
+        // Adaptive routing as the first device has it (NCCL: `comm->ar` is the
+        // merged device's, which its first device sets).
         let send = SendOpts {
-            ar: nic.adaptive_routing(),
+            ar: self.ep.nics[0].adaptive_routing(),
+            ooo,
             ..self.opts.send
         };
         Ok(Sender::new(
@@ -207,24 +326,32 @@ pub struct AcceptOpts {
     pub fifo_tc: Option<u8>,
     /// `NCCL_IB_USE_INLINE`.
     pub inline: bool,
+    /// `NCCL_IB_OOO_RQ`.
+    pub ooo_rq: bool,
 }
 
 /// Creates and connects the receiving side for the sender described by `remote`
-/// (NCCL's `ncclIbReceiverQpsCreateToRts`); returns it and the metadata to answer.
+/// (NCCL's `ncclIbReceiverQpsCreateToRts`) on the physical devices `nics` of the
+/// listening (virtual) device; returns it and the metadata to answer. It opens as
+/// many QPs as the sender, QP `i` on device `i mod nics.len()`.
 pub fn accept<N: Nic>(
-    nic: Arc<N>,
+    nics: Vec<Arc<N>>,
     remote: &ConnMeta,
     opts: AcceptOpts,
 ) -> Result<(Receiver<N>, ConnMeta)> {
-    let mut ep = Endpoint::new(
-        Arc::clone(&nic),
-        remote.qpns.len(),
-        recv_qp_caps(opts.inline),
-    )?;
+    let ooo = Ooo::local(opts.ooo_rq, &nics)?.with_peer(remote.ooo)?;
+    let caps = QpCaps {
+        ooo_rq: ooo,
+        ..recv_qp_caps(opts.inline)
+    };
+    if ooo {
+        check_size(&nics, caps.max_recv_wr)?;
+    }
+    let mut ep = Endpoint::new(nics, remote.qpns.len(), caps)?;
     ep.check_peer(remote)?;
-    let cts = Registered::new(&*nic, FIFO_BYTES)?;
-    let sizes = Registered::new(&*nic, SIZES_BYTES)?;
-    let roce = remote.port.link_layer == LINK_ETHERNET;
+    let cts = Registered::new(&ep.nics, FIFO_BYTES)?;
+    let sizes = Registered::new(&ep.nics, SIZES_BYTES)?;
+    let roce = remote.ports[0].link_layer == LINK_ETHERNET;
     let link = Link {
         traffic_class: match (roce, opts.fifo_tc) {
             (true, Some(tc)) => tc,
@@ -232,52 +359,73 @@ pub fn accept<N: Nic>(
         },
         sl: remote.sl,
     };
-    let mut ece = Vec::with_capacity(ep.qps.len());
-    for (i, qp) in ep.qps.iter_mut().enumerate() {
-        let supported = match &remote.ece[i] {
+    let mut supported = vec![false; ep.qps.len()];
+    ep.connect_all(remote, link, |nic, i, qp| {
+        supported[i] = match &remote.ece[i] {
             Some(e) => nic.set_ece(qp, e)?,
             None => false,
         };
-        nic.connect_qp(qp, &remote.port, remote.qpns[i], link)?;
-        ece.push(if supported { nic.query_ece(qp)? } else { None });
-    }
+        Ok(())
+    })?;
+    let ece = (0..ep.qps.len())
+        .map(|i| {
+            if supported[i] {
+                ep.nic_of(i).query_ece(&ep.qps[i])
+            } else {
+                Ok(None)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
     nccl_info!(
         subsys::NET,
-        "NET/cclkit-ib: accepted {} QP(s), tc {} sl {}, ECE {}",
+        "NET/cclkit-ib: accepted {} QP(s) {:?} on {} device(s) (peer: {}), tc {} sl {}, ECE {}, \
+         oooRq={}",
         ep.qps.len(),
+        ep.qpns(),
+        ep.ndevs(),
+        remote.ports.len(),
         link.traffic_class,
         link.sl,
         if ece.iter().all(Option::is_some) {
             "negotiated"
         } else {
             "off"
-        }
+        },
+        u8::from(ooo)
     );
     let flush = if opts.flush {
-        let mut qp = nic.create_qp(&ep.cq, FLUSH_QP_CAPS)?;
-        let own = N::qp_num(&qp);
-        // NCCL configures the loopback QP with the sender's TC/SL as well.
+        // One loopback QP per device: data may have come through any of them, and
+        // only a read through the same device orders after its writes (NCCL flushes
+        // on every device of the merged device).
         let flush_link = Link {
             traffic_class: if roce { remote.tc } else { 0 },
             sl: remote.sl,
         };
-        nic.connect_qp(&mut qp, &nic.port_addr(), own, flush_link)?;
-        Some(Flush::new(qp, Registered::new(&*nic, 64)?))
+        let mut qps = Vec::with_capacity(ep.ndevs());
+        for (nic, cq) in ep.nics.iter().zip(&ep.cqs) {
+            let mut qp = nic.create_qp(cq, FLUSH_QP_CAPS)?;
+            let own = N::qp_num(&qp);
+            nic.connect_qp(&mut qp, &nic.port_addr(), own, flush_link)?;
+            qps.push(qp);
+        }
+        Some(Flush::new(qps, Registered::new(&ep.nics, 64)?))
     } else {
         None
     };
     let meta = ConnMeta {
-        port: nic.port_addr(),
+        ports: ep.nics.iter().map(|n| n.port_addr()).collect(),
         qpns: ep.qpns(),
         ece,
         buf: sizes.remote(),
         tc: remote.tc,
         sl: remote.sl,
         split: remote.split,
+        ooo,
     };
     let recv = RecvOpts {
         split: remote.split,
         inline: opts.inline,
+        ooo,
     };
     Ok((Receiver::new(ep, cts, sizes, flush, remote.buf, recv), meta))
 }

@@ -11,22 +11,23 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{MAX_RECVS, MAX_REQUESTS};
+use super::{Keys, MAX_DEVS, MAX_RECVS, MAX_REQUESTS};
 
 /// One clear-to-send entry: where the sender may write one buffer of a receive.
 ///
-/// Wire layout (native endianness, both hosts run the same plugin build):
-/// `addr u64 | size[0..32] u32, rkey u32 | tag i32, nreqs u8, size[32..56] u24 |
-/// idx u64` = 32 bytes. The size has 56 bits (messages go up to NCCL's 1 TiB; NCCL's
-/// own `ncclIbSendFifo` has a 64-bit size in a 64-byte element).
+/// Wire layout (native endianness, both hosts run the same plugin build), eight
+/// words = 64 bytes as NCCL's `ncclIbSendFifo`: `addr u64 | size u64 | rkeys
+/// [u32; 8] | tag i32, nreqs u32 | idx u64`. One rkey per physical device of the
+/// receiver's (virtual) device: the sender writes through its QP `q` with the key of
+/// the receiver's device `q mod ndevs` (NCCL's `slots[r].rkeys[qp->remDevIdx]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FifoElem {
     /// Receive buffer address.
     pub addr: u64,
-    /// Posted size in bytes (below 2^56).
+    /// Posted size in bytes.
     pub size: u64,
-    /// Remote key of the receive buffer.
-    pub rkey: u32,
+    /// Remote keys of the receive buffer, per device of the receiver.
+    pub rkeys: Keys,
     /// Tag the matching send must carry.
     pub tag: i32,
     /// Buffers in this receive (1 … 8).
@@ -36,7 +37,9 @@ pub struct FifoElem {
 }
 
 /// Bytes of one element.
-pub const ELEM_BYTES: usize = 32;
+pub const ELEM_BYTES: usize = 64;
+/// Words of one element.
+const ELEM_WORDS: usize = ELEM_BYTES / 8;
 /// Bytes of one slot (`MAX_RECVS` elements).
 pub const SLOT_BYTES: usize = ELEM_BYTES * MAX_RECVS;
 /// Bytes of the whole FIFO.
@@ -53,27 +56,34 @@ pub fn slot_of(idx: u64) -> usize {
 }
 
 impl FifoElem {
-    /// The four words as laid out in memory.
-    pub fn to_words(self) -> [u64; 4] {
+    /// The words as laid out in memory.
+    pub fn to_words(self) -> [u64; ELEM_WORDS] {
+        let k = |i: usize| u64::from(self.rkeys[2 * i]) | u64::from(self.rkeys[2 * i + 1]) << 32;
         [
             self.addr,
-            (self.size & 0xffff_ffff) | u64::from(self.rkey) << 32,
-            u64::from(self.tag as u32)
-                | u64::from(self.nreqs & 0xff) << 32
-                | (self.size >> 32 & 0xff_ffff) << 40,
+            self.size,
+            k(0),
+            k(1),
+            k(2),
+            k(3),
+            u64::from(self.tag as u32) | u64::from(self.nreqs) << 32,
             self.idx,
         ]
     }
 
     /// Inverse of [`to_words`](Self::to_words).
-    pub fn from_words(w: [u64; 4]) -> Self {
+    pub fn from_words(w: [u64; ELEM_WORDS]) -> Self {
+        let mut rkeys = [0u32; MAX_DEVS];
+        for (i, k) in rkeys.iter_mut().enumerate() {
+            *k = (w[2 + i / 2] >> (32 * (i % 2))) as u32;
+        }
         Self {
             addr: w[0],
-            size: (w[1] & 0xffff_ffff) | (w[2] >> 40) << 32,
-            rkey: (w[1] >> 32) as u32,
-            tag: w[2] as u32 as i32,
-            nreqs: ((w[2] >> 32) & 0xff) as u32,
-            idx: w[3],
+            size: w[1],
+            rkeys,
+            tag: w[6] as u32 as i32,
+            nreqs: (w[6] >> 32) as u32,
+            idx: w[7],
         }
     }
 }
@@ -140,7 +150,7 @@ impl HostMem {
     /// Reads element `elem` of slot `slot` of a FIFO.
     pub fn read_elem(&self, slot: usize, elem: usize) -> FifoElem {
         let base = slot * SLOT_BYTES + elem * ELEM_BYTES;
-        let mut w = [0u64; 4];
+        let mut w = [0u64; ELEM_WORDS];
         for (i, word) in w.iter_mut().enumerate() {
             *word = self.load(base + 8 * i, Ordering::Relaxed);
         }
@@ -151,7 +161,7 @@ impl HostMem {
     /// the element are read after it).
     pub fn elem_idx(&self, slot: usize, elem: usize) -> u64 {
         self.load(
-            slot * SLOT_BYTES + elem * ELEM_BYTES + 24,
+            slot * SLOT_BYTES + elem * ELEM_BYTES + ELEM_BYTES - 8,
             Ordering::Acquire,
         )
     }
@@ -181,20 +191,20 @@ mod tests {
         let e = FifoElem {
             addr: 0x7f00_dead_beef_0040,
             size: (1 << 40) + 12345,
-            rkey: 0xfeed_f00d,
+            rkeys: [0xfeed_f00d, 2, 3, 4, 5, 6, 7, 0xffff_fffe],
             tag: -3,
             nreqs: 8,
             idx: 0x1_0000_0001,
         };
         assert_eq!(FifoElem::from_words(e.to_words()), e);
-        assert_eq!(e.to_words()[3], e.idx);
+        assert_eq!(e.to_words()[ELEM_WORDS - 1], e.idx);
         let mem = HostMem::new(FIFO_BYTES).unwrap();
         assert_eq!(mem.addr() % 4096, 0);
         mem.write_elem(31, 7, e);
         assert_eq!(mem.read_elem(31, 7), e);
         assert_eq!(mem.elem_idx(31, 7), e.idx);
         assert_eq!(mem.read_elem(0, 0), FifoElem::default());
-        assert_eq!(FIFO_BYTES, 8192);
+        assert_eq!(FIFO_BYTES, 16384);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::route::LINK_ETHERNET;
 
 fn connect(fabric: Arc<FakeFabric>, opts: ConnectOpts, acc: AcceptOpts) -> Pair {
     let (a, b) = (fabric.nic(SENDER), fabric.nic(RECEIVER));
-    let sh = SenderHalf::new(Arc::clone(&a), opts).unwrap();
-    let (rcv, meta) = accept(Arc::clone(&b), &sh.meta(), acc).unwrap();
+    let sh = SenderHalf::new(vec![Arc::clone(&a)], 1, opts).unwrap();
+    let (rcv, meta) = accept(vec![Arc::clone(&b)], &sh.meta(), acc).unwrap();
     let snd = sh.connect(&meta).unwrap();
     Pair {
         fabric,
@@ -34,6 +34,7 @@ fn opts(nqps: usize, link: Link) -> ConnectOpts {
         nqps,
         link,
         ece: true,
+        ooo_rq: false,
         send: SendOpts::default(),
     }
 }

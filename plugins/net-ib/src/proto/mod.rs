@@ -36,7 +36,11 @@ pub mod imm;
 #[cfg(test)]
 mod item_tests;
 pub mod mr_cache;
+pub mod ooo;
+#[cfg(test)]
+mod ooo_tests;
 pub mod plan;
+pub mod prof;
 pub mod recv;
 pub mod request;
 pub mod send;
@@ -55,8 +59,17 @@ pub const MAX_INFLIGHT: usize = 2 * MAX_REQUESTS;
 /// `maxP2pBytes`. Sizes of 2 GiB and more travel in the size records; NCCL's
 /// `test()` takes `int` sizes, so completing one is reported as an error there.
 pub const MAX_MESSAGE: usize = 1 << 40;
-/// Most QPs per connection.
+/// Most QPs per device of a connection (`NCCL_IB_QPS_PER_CONNECTION`).
 pub const MAX_QPS: usize = 16;
+/// Most physical devices fused into one virtual device (NCCL's
+/// `NCCL_IB_MAX_DEVS_PER_NIC`, = `NCCL_NET_MAX_DEVS_PER_NIC`).
+pub const MAX_DEVS: usize = 8;
+/// Most QPs of one connection: [`MAX_QPS`] on each of [`MAX_DEVS`] devices.
+pub const MAX_CONN_QPS: usize = MAX_QPS * MAX_DEVS;
+
+/// One key per physical device of a virtual device (index = device index; unused
+/// entries 0), as NCCL's `lkeys[]` / `rkeys[]`.
+pub type Keys = [u32; MAX_DEVS];
 /// A receiver's CTS writes are unsignaled except one in this many (so its send queue
 /// drains without a completion per write).
 pub const CTS_SIGNAL_EVERY: u64 = 16;
@@ -70,6 +83,7 @@ pub const DATA_QP_CAPS: QpCaps = QpCaps {
     max_recv_wr: (2 * MAX_REQUESTS) as u32,
     max_inline: 0,
     access: ACCESS_REMOTE_WRITE,
+    ooo_rq: false,
 };
 
 /// Receiver data QPs: written by the sender's data, and REMOTE_READ as NCCL's
@@ -89,10 +103,11 @@ pub const FLUSH_QP_CAPS: QpCaps = QpCaps {
     max_recv_wr: 1,
     max_inline: 0,
     access: ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ,
+    ooo_rq: false,
 };
 
-/// CQ depth for `nqps` data QPs (plus a flush QP): every WR can complete, even when
-/// an error flushes them all.
+/// CQ depth for `nqps` data QPs of one device (plus a flush QP): every WR can
+/// complete, even when an error flushes them all.
 pub fn cq_depth(nqps: usize) -> u32 {
     let per_qp = DATA_QP_CAPS.max_send_wr + DATA_QP_CAPS.max_recv_wr;
     (nqps as u32) * per_qp + FLUSH_QP_CAPS.max_send_wr
@@ -100,31 +115,36 @@ pub fn cq_depth(nqps: usize) -> u32 {
 
 pub use send::SendBuf;
 
-/// Where the peer may write: address and rkey.
+/// Where the peer may write: address and its rkey on each of its devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RemoteBuf {
     /// Address in the peer's memory.
     pub addr: u64,
-    /// The peer's remote key.
-    pub rkey: u32,
+    /// The peer's remote keys, per device of its virtual device.
+    pub rkeys: Keys,
 }
 
-/// Host memory registered with a NIC (the FIFO, staging, size records).
+/// Host memory registered with every physical NIC of a (virtual) device: the FIFO,
+/// staging, size records (NCCL registers them per `commDev`).
 pub struct Registered<N: Nic> {
     // Declared first: deregistered before the memory is freed.
-    mr: N::Mr,
+    mrs: Vec<N::Mr>,
     mem: fifo::HostMem,
 }
 
 impl<N: Nic> Registered<N> {
-    /// `len` zeroed bytes registered on `nic`.
-    pub fn new(nic: &N, len: usize) -> Result<Self> {
+    /// `len` zeroed bytes registered on each of `nics`.
+    pub fn new(nics: &[Arc<N>], len: usize) -> Result<Self> {
         let mem = fifo::HostMem::new(len)
             .ok_or_else(|| Error::system(format!("cannot allocate {len} bytes")))?;
-        // SAFETY: `mem` is owned by the returned value and outlives `mr` (field order).
-        // Strict: the peer's NIC writes CTS entries here that are polled in place.
-        let mr = unsafe { nic.reg_mr(mem.addr(), mem.len(), WriteOrder::Strict)? };
-        Ok(Self { mr, mem })
+        let mrs = nics
+            .iter()
+            // SAFETY: `mem` is owned by the returned value and outlives `mrs` (field
+            // order). Strict: the peer's NIC writes CTS entries here that are polled
+            // in place.
+            .map(|nic| unsafe { nic.reg_mr(mem.addr(), mem.len(), WriteOrder::Strict) })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { mrs, mem })
     }
 
     /// The memory.
@@ -132,16 +152,30 @@ impl<N: Nic> Registered<N> {
         &self.mem
     }
 
-    /// Local key.
-    pub fn lkey(&self) -> u32 {
-        N::keys(&self.mr).0
+    /// Local key on device `dev` (0 for a device it is not registered with, which
+    /// the NIC then rejects).
+    pub fn lkey(&self, dev: usize) -> u32 {
+        self.mrs.get(dev).map_or(0, |m| N::keys(m).0)
+    }
+
+    /// Local keys, per device.
+    pub fn lkeys(&self) -> Keys {
+        let mut k = [0; MAX_DEVS];
+        for (d, m) in self.mrs.iter().enumerate() {
+            k[d] = N::keys(m).0;
+        }
+        k
     }
 
     /// What a peer needs to write here.
     pub fn remote(&self) -> RemoteBuf {
+        let mut rkeys = [0; MAX_DEVS];
+        for (d, m) in self.mrs.iter().enumerate() {
+            rkeys[d] = N::keys(m).1;
+        }
         RemoteBuf {
             addr: self.mem.addr() as u64,
-            rkey: N::keys(&self.mr).1,
+            rkeys,
         }
     }
 }

@@ -19,7 +19,7 @@
 use super::fifo::FifoElem;
 use super::imm::Imm;
 use super::split::chunk;
-use super::{RemoteBuf, SendBuf};
+use super::{Keys, RemoteBuf, SendBuf};
 use crate::nic::{Op, SendWr, Sge};
 
 /// Largest single RDMA write (2 GiB − 128: a port's usual `max_msg_sz` is 2^31).
@@ -34,6 +34,9 @@ pub struct SendOpts {
     pub ar: bool,
     /// `NCCL_IB_AR_THRESHOLD`.
     pub ar_threshold: u64,
+    /// Both sides use out-of-order receive queues: every message is matched by id
+    /// (immediate = sequence number, sizes in the records; [`super::ooo`]).
+    pub ooo: bool,
 }
 
 impl Default for SendOpts {
@@ -42,6 +45,7 @@ impl Default for SendOpts {
             split: false,
             ar: false,
             ar_threshold: 8192,
+            ooo: false,
         }
     }
 }
@@ -59,16 +63,52 @@ pub fn uses_records(sends: &[SendBuf]) -> bool {
     sends.len() > 1 || Imm::single(sends.first().map_or(0, |s| s.len)).is_err()
 }
 
+/// Whether the immediate rides on the message's own (last) data write, rather than
+/// on a write of its own (size records, or adaptive routing above the threshold).
+pub fn imm_on_data(sends: &[SendBuf], opts: SendOpts) -> bool {
+    let records_mode = opts.ooo || uses_records(sends);
+    let ar_separate = opts.ar && sends.first().map_or(0, |s| s.len) as u64 > opts.ar_threshold;
+    !(records_mode || ar_separate)
+}
+
 /// Where the size records of this slot are, locally (staging) and at the peer.
 #[derive(Debug, Clone, Copy)]
 pub struct Records {
-    /// Our staging SGE (`8 × n` bytes).
-    pub local: Sge,
+    /// Our staging address.
+    pub addr: u64,
+    /// Bytes (`8 × n`).
+    pub len: u32,
+    /// Our staging keys, per local device.
+    pub lkeys: Keys,
     /// The receiver's record slot.
     pub remote: RemoteBuf,
 }
 
-/// The work requests of message `idx`, per QP index.
+/// How a connection's QPs lie on the devices of both sides: QP `q` is on local
+/// device `q mod local_devs` and reaches remote device `q mod remote_devs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpLayout {
+    /// QPs of the connection.
+    pub nqps: usize,
+    /// Physical devices of our virtual device.
+    pub local_devs: usize,
+    /// Physical devices of the peer's.
+    pub remote_devs: usize,
+}
+
+impl QpLayout {
+    /// `nqps` QPs between two plain (one-NIC) devices.
+    pub fn single(nqps: usize) -> Self {
+        Self {
+            nqps,
+            local_devs: 1,
+            remote_devs: 1,
+        }
+    }
+}
+
+/// The work requests of message `idx` between plain devices, per QP index.
+#[cfg(test)]
 pub fn plan(
     idx: u64,
     sends: &[SendBuf],
@@ -77,15 +117,30 @@ pub fn plan(
     nqps: usize,
     opts: SendOpts,
 ) -> Vec<(usize, Vec<SendWr>)> {
+    plan_on(idx, sends, elems, records, QpLayout::single(nqps), opts)
+}
+
+/// The work requests of message `idx`, per QP index: each QP's writes use the
+/// local key of the device it lives on and the remote key of the device it reaches
+/// (NCCL's `lkeys[devIndex]` / `rkeys[remDevIdx]`).
+pub fn plan_on(
+    idx: u64,
+    sends: &[SendBuf],
+    elems: &[FifoElem],
+    records: Records,
+    layout: QpLayout,
+    opts: SendOpts,
+) -> Vec<(usize, Vec<SendWr>)> {
+    let nqps = layout.nqps;
     let per = if opts.split { nqps.max(1) } else { 1 };
-    let records_mode = uses_records(sends);
+    let records_mode = opts.ooo || uses_records(sends);
     let imm = if records_mode {
         Imm::multi(idx)
     } else {
         Imm::single(sends[0].len).unwrap_or(Imm::multi(idx))
     }
     .encode();
-    let separate_imm = records_mode || (opts.ar && sends[0].len as u64 > opts.ar_threshold);
+    let separate_imm = !imm_on_data(sends, opts);
     let write = |local: Option<Sge>, remote_addr: u64, rkey: u32, op: Op, signaled: bool| SendWr {
         wr_id: idx,
         op,
@@ -98,6 +153,8 @@ pub fn plan(
     qps_for(idx, nqps, opts.split)
         .enumerate()
         .map(|(i, q)| {
+            let ld = q % layout.local_devs.max(1);
+            let rd = q % layout.remote_devs.max(1);
             let mut wrs = Vec::new();
             for (b, e) in sends.iter().zip(elems) {
                 let c = chunk(b.len, per, i);
@@ -107,12 +164,12 @@ pub fn plan(
                     let sge = Sge {
                         addr: b.addr + off as u64,
                         len: n as u32,
-                        lkey: b.lkey,
+                        lkey: b.lkeys[ld],
                     };
                     wrs.push(write(
                         Some(sge),
                         e.addr + off as u64,
-                        e.rkey,
+                        e.rkeys[rd],
                         Op::Write,
                         false,
                     ));
@@ -125,16 +182,20 @@ pub fn plan(
                     last.signaled = true;
                 }
                 _ if records_mode => wrs.push(write(
-                    Some(records.local),
+                    Some(Sge {
+                        addr: records.addr,
+                        len: records.len,
+                        lkey: records.lkeys[ld],
+                    }),
                     records.remote.addr,
-                    records.remote.rkey,
+                    records.remote.rkeys[rd],
                     Op::WriteImm(imm),
                     true,
                 )),
                 _ => wrs.push(write(
                     None,
                     elems[0].addr,
-                    elems[0].rkey,
+                    elems[0].rkeys[rd],
                     Op::WriteImm(imm),
                     true,
                 )),
@@ -155,7 +216,7 @@ mod tests {
             .map(|(i, &len)| SendBuf {
                 addr: 0x10_0000 * (i as u64 + 1),
                 len,
-                lkey: 7,
+                lkeys: [7, 17, 0, 0, 0, 0, 0, 0],
             })
             .collect();
         let elems = lens
@@ -164,7 +225,7 @@ mod tests {
             .map(|(i, &len)| FifoElem {
                 addr: 0x90_0000 * (i as u64 + 1),
                 size: len as u64,
-                rkey: 9,
+                rkeys: [9, 19, 29, 0, 0, 0, 0, 0],
                 tag: i as i32,
                 nreqs: lens.len() as u32,
                 idx: 1,
@@ -174,14 +235,12 @@ mod tests {
     }
 
     const REC: Records = Records {
-        local: Sge {
-            addr: 0x5000,
-            len: 8,
-            lkey: 3,
-        },
+        addr: 0x5000,
+        len: 8,
+        lkeys: [3, 13, 0, 0, 0, 0, 0, 0],
         remote: RemoteBuf {
             addr: 0x6000,
-            rkey: 4,
+            rkeys: [4, 14, 24, 0, 0, 0, 0, 0],
         },
     };
 
@@ -238,13 +297,7 @@ mod tests {
     #[test]
     fn grouped_and_huge_messages_write_size_records_with_the_immediate() {
         let (s, e) = bufs(&[10, 0, 300]);
-        let rec = Records {
-            local: Sge {
-                len: 24,
-                ..REC.local
-            },
-            ..REC
-        };
+        let rec = Records { len: 24, ..REC };
         let p = plan(5, &s, &e, rec, 2, SendOpts::default());
         assert_eq!(p[0].0, 0, "(5-1) mod 2");
         let imm = Imm::multi(5).encode();
@@ -265,5 +318,40 @@ mod tests {
         let total: u64 = w[..4].iter().map(|x| u64::from(x.1)).sum();
         assert_eq!(total, huge as u64);
         assert_eq!(w[4].0, Op::WriteImm(Imm::multi(1).encode()));
+    }
+
+    #[test]
+    fn each_qp_uses_the_keys_of_its_own_device_and_of_the_device_it_reaches() {
+        // Two local devices, three remote ones, six QPs split: QP q is on local
+        // device q mod 2 and reaches remote device q mod 3.
+        let layout = QpLayout {
+            nqps: 6,
+            local_devs: 2,
+            remote_devs: 3,
+        };
+        let split = SendOpts {
+            split: true,
+            ..SendOpts::default()
+        };
+        let (s, e) = bufs(&[6 * 4096]);
+        let p = plan_on(1, &s, &e, REC, layout, split);
+        assert_eq!(p.len(), 6);
+        for (q, wrs) in &p {
+            let w = wrs[0];
+            assert_eq!(w.local.unwrap().lkey, [7, 17][q % 2], "QP {q} lkey");
+            assert_eq!(w.rkey, [9, 19, 29][q % 3], "QP {q} rkey");
+        }
+        let (s, e) = bufs(&[5, 6]);
+        for idx in 1..=6u64 {
+            let p = plan_on(idx, &s, &e, REC, layout, SendOpts::default());
+            let (q, wrs) = &p[0];
+            let rec = wrs.last().unwrap();
+            assert_eq!(rec.local.unwrap().lkey, [3, 13][q % 2]);
+            assert_eq!(
+                rec.rkey,
+                [4, 14, 24][q % 3],
+                "records written with the peer's key"
+            );
+        }
     }
 }

@@ -11,22 +11,25 @@ use super::endpoint::Endpoint;
 use super::fifo::{ELEM_BYTES, FifoElem, SIZES_SLOT_BYTES, SLOT_BYTES, slot_of};
 use super::imm::Imm;
 use super::plan::qps_for;
+use super::prof::{QpWork, ReqEvents};
 use super::request::ReqCell;
 use super::{
-    CTS_SIGNAL_EVERY, MAX_MESSAGE, MAX_RECVS, MAX_REQUESTS, Registered, RemoteBuf,
+    CTS_SIGNAL_EVERY, Keys, MAX_MESSAGE, MAX_RECVS, MAX_REQUESTS, Registered, RemoteBuf,
     completion_error, fail_cells,
 };
 use crate::nic::{Completion, CompletionKind, Nic, Op, SendWr, Sge};
+use crate::verbs::sys::IBV_WR_RDMA_WRITE_WITH_IMM;
+use cclkit_abi::profiler::net::RequestProfiler;
 
-/// One buffer of a (grouped) receive, with the rkey of its registration.
+/// One buffer of a (grouped) receive, with the rkeys of its registrations.
 #[derive(Debug, Clone, Copy)]
 pub struct RecvTarget {
     /// Start address.
     pub addr: u64,
     /// Posted size.
     pub len: usize,
-    /// Remote key the sender writes with.
-    pub rkey: u32,
+    /// Remote keys the sender writes with, per device of our virtual device.
+    pub rkeys: Keys,
     /// Tag of the matching send.
     pub tag: i32,
 }
@@ -39,6 +42,8 @@ struct Posted {
     events_left: usize,
     single: Option<u32>,
     cell: Arc<ReqCell>,
+    /// Profiler QP events, stopped per QP as its immediate arrives.
+    events: ReqEvents,
 }
 
 /// How the receiver posts (from its settings and the sender's metadata).
@@ -48,20 +53,25 @@ pub struct RecvOpts {
     pub split: bool,
     /// `NCCL_IB_USE_INLINE`: CTS entries are posted inline.
     pub inline: bool,
+    /// Out-of-order receive queues: a completion's `wr_id` does not name the
+    /// message; its immediate (the sequence number) does ([`super::ooo`]).
+    pub ooo: bool,
 }
 
-/// The loopback QP that flushes GPU receives with a 1-byte RDMA READ.
+/// The loopback QPs (one per device) that flush GPU receives with a 1-byte RDMA
+/// READ each.
 pub struct Flush<N: Nic> {
-    qp: N::Qp,
+    qps: Vec<N::Qp>,
     scratch: Registered<N>,
-    pending: VecDeque<(u64, Arc<ReqCell>)>,
+    /// (sequence number, reads still to complete, request).
+    pending: VecDeque<(u64, usize, Arc<ReqCell>)>,
     seq: u64,
 }
 
 impl<N: Nic> Flush<N> {
-    pub(super) fn new(qp: N::Qp, scratch: Registered<N>) -> Self {
+    pub(super) fn new(qps: Vec<N::Qp>, scratch: Registered<N>) -> Self {
         Self {
-            qp,
+            qps,
             scratch,
             pending: VecDeque::new(),
             seq: 0,
@@ -82,7 +92,7 @@ pub struct Receiver<N: Nic> {
     tail: u64,
     slots: Vec<Option<Posted>>,
     fatal: Option<Error>,
-    completions: Vec<Completion>,
+    completions: Vec<(usize, Completion)>,
 }
 
 impl<N: Nic> Receiver<N> {
@@ -121,8 +131,18 @@ impl<N: Nic> Receiver<N> {
     /// Posts a receive of `bufs` (1 … 8) and tells the sender; `Ok(None)` when all
     /// `MAX_REQUESTS` receives are still in flight (NCCL retries).
     pub fn irecv(&mut self, bufs: &[RecvTarget]) -> Result<Option<Arc<ReqCell>>> {
+        self.irecv_profiled(bufs, RequestProfiler::none())
+    }
+
+    /// [`irecv`](Self::irecv) reporting QP events to `prof` ([`super::prof`]): one
+    /// per QP the receive is posted on.
+    pub fn irecv_profiled(
+        &mut self,
+        bufs: &[RecvTarget],
+        prof: RequestProfiler,
+    ) -> Result<Option<Arc<ReqCell>>> {
         self.check()?;
-        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+        if let Err(e) = self.ep.check_fatal() {
             return Err(self.fail(e));
         }
         let n = bufs.len();
@@ -153,6 +173,23 @@ impl<N: Nic> Receiver<N> {
         for (s, b) in sizes.iter_mut().zip(bufs) {
             *s = b.len as u64;
         }
+        let mut events = ReqEvents::default();
+        if prof.is_enabled() {
+            let posted = bufs.iter().map(|b| b.len).sum();
+            for q in qps_for(idx, self.ep.qps.len(), self.opts.split) {
+                events.start(
+                    prof,
+                    QpWork {
+                        q,
+                        device: self.ep.dev_of(q),
+                        wr_id: idx,
+                        opcode: IBV_WR_RDMA_WRITE_WITH_IMM,
+                        qp_num: N::qp_num(&self.ep.qps[q]),
+                        length: posted,
+                    },
+                );
+            }
+        }
         self.slots[slot] = Some(Posted {
             idx,
             sizes,
@@ -160,6 +197,7 @@ impl<N: Nic> Receiver<N> {
             events_left: qps_for(idx, self.ep.qps.len(), self.opts.split).count(),
             single: None,
             cell: Arc::clone(&cell),
+            events,
         });
         self.tail = idx;
         Ok(Some(cell))
@@ -170,7 +208,8 @@ impl<N: Nic> Receiver<N> {
     /// the first QP (`ncclIbPostFifo` / `ncclIbRecvCommGetQpForCts`).
     fn post(&mut self, idx: u64, bufs: &[RecvTarget]) -> Result<()> {
         for q in qps_for(idx, self.ep.qps.len(), self.opts.split) {
-            self.ep.nic.post_recv(&mut self.ep.qps[q], idx)?;
+            let nic = Arc::clone(&self.ep.nics[self.ep.dev_of(q)]);
+            nic.post_recv(&mut self.ep.qps[q], idx)?;
         }
         let slot = slot_of(idx);
         for (r, b) in bufs.iter().enumerate() {
@@ -180,7 +219,7 @@ impl<N: Nic> Receiver<N> {
                 FifoElem {
                     addr: b.addr,
                     size: b.len as u64,
-                    rkey: b.rkey,
+                    rkeys: b.rkeys,
                     tag: b.tag,
                     nreqs: bufs.len() as u32,
                     idx,
@@ -193,94 +232,128 @@ impl<N: Nic> Receiver<N> {
             local: Some(Sge {
                 addr: (self.cts.mem().addr() + slot * SLOT_BYTES) as u64,
                 len: (bufs.len() * ELEM_BYTES) as u32,
-                lkey: self.cts.lkey(),
+                lkey: self.cts.lkey(self.ep.dev_of(0)),
             }),
             remote_addr: self.remote_fifo.addr + (slot * SLOT_BYTES) as u64,
-            rkey: self.remote_fifo.rkey,
+            rkey: self.remote_fifo.rkeys[self.ep.remote_dev_of(0)],
             signaled: idx % CTS_SIGNAL_EVERY == 0,
             inline: self.opts.inline,
         };
-        self.ep.nic.post_send(&mut self.ep.qps[0], &[wr])
+        let nic = Arc::clone(&self.ep.nics[self.ep.dev_of(0)]);
+        nic.post_send(&mut self.ep.qps[0], &[wr])
     }
 
-    /// Flushes a GPU receive that ended in `target` (address, rkey): a 1-byte RDMA
-    /// READ through the loopback QP, which PCIe orders after the data writes.
-    /// `Ok(None)` when there is nothing to flush.
-    pub fn iflush(&mut self, target: Option<(u64, u32)>) -> Result<Option<Arc<ReqCell>>> {
+    /// Flushes a GPU receive that ended in `target` (address, rkeys): a 1-byte RDMA
+    /// READ through each device's loopback QP, which PCIe orders after that device's
+    /// data writes. `Ok(None)` when there is nothing to flush.
+    pub fn iflush(&mut self, target: Option<(u64, Keys)>) -> Result<Option<Arc<ReqCell>>> {
         self.check()?;
-        let (Some((addr, rkey)), Some(flush)) = (target, self.flush.as_mut()) else {
+        let (Some((addr, rkeys)), Some(flush)) = (target, self.flush.as_mut()) else {
             return Ok(None);
         };
         flush.seq += 1;
-        let wr = SendWr {
-            wr_id: flush.seq,
-            op: Op::Read,
-            local: Some(Sge {
-                addr: flush.scratch.mem().addr() as u64,
-                len: 1,
-                lkey: flush.scratch.lkey(),
-            }),
-            remote_addr: addr,
-            rkey,
-            signaled: true,
-            inline: false,
-        };
-        if let Err(e) = self.ep.nic.post_send(&mut flush.qp, &[wr]) {
-            return Err(self.fail(e));
-        }
         let cell = Arc::new(ReqCell::new(1));
-        flush.pending.push_back((flush.seq, Arc::clone(&cell)));
+        flush
+            .pending
+            .push_back((flush.seq, flush.qps.len(), Arc::clone(&cell)));
+        for (d, qp) in flush.qps.iter_mut().enumerate() {
+            let wr = SendWr {
+                wr_id: flush.seq,
+                op: Op::Read,
+                local: Some(Sge {
+                    addr: flush.scratch.mem().addr() as u64,
+                    len: 1,
+                    lkey: flush.scratch.lkey(d),
+                }),
+                remote_addr: addr,
+                rkey: rkeys[d],
+                signaled: true,
+                inline: false,
+            };
+            if let Err(e) = self.ep.nics[d].post_send(qp, &[wr]) {
+                return Err(self.fail(e));
+            }
+        }
         Ok(Some(cell))
     }
 
     /// Polls the CQ and completes finished receives and flushes.
     pub fn progress(&mut self) -> Result<()> {
         self.check()?;
-        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+        if let Err(e) = self.ep.check_fatal() {
             return Err(self.fail(e));
         }
         self.completions.clear();
-        if let Err(e) = self
-            .ep
-            .nic
-            .poll_cq(&mut self.ep.cq, &mut self.completions, 64)
-        {
+        if let Err(e) = self.ep.poll(&mut self.completions, 64) {
             return Err(self.fail(e));
         }
         for i in 0..self.completions.len() {
-            let c = self.completions[i];
-            if let Err(e) = self.on_completion(&c) {
+            let (dev, c) = self.completions[i];
+            if let Err(e) = self.on_completion(dev, &c) {
                 return Err(self.fail(e));
             }
         }
         Ok(())
     }
 
-    fn on_completion(&mut self, c: &Completion) -> Result<()> {
+    fn on_completion(&mut self, dev: usize, c: &Completion) -> Result<()> {
+        let q = self.ep.qp_index(dev, c.qp_num);
         if c.status != 0 {
             return Err(completion_error("receiver", c));
         }
         match c.kind {
-            CompletionKind::RecvImm(raw) => self.on_imm(c.wr_id, raw),
+            CompletionKind::RecvImm(raw) if self.opts.ooo => {
+                // Match by id (NCCL's BY_ID): the immediate carries the sequence
+                // number mod 2^31; at most MAX_REQUESTS receives are posted, so the
+                // one with that number is unique.
+                let Imm::Multi(seq) = Imm::decode(raw) else {
+                    return Err(Error::remote(format!(
+                        "NET/cclkit-ib: immediate {raw:#x} carries no sequence number, but \
+                         the connection matches by id (out-of-order receive queues)"
+                    )));
+                };
+                let idx = self
+                    .slots
+                    .iter()
+                    .flatten()
+                    .map(|p| p.idx)
+                    .find(|&i| Imm::multi(i) == Imm::Multi(seq))
+                    .ok_or_else(|| {
+                        Error::remote(format!(
+                            "NET/cclkit-ib: immediate for receive {seq} (mod 2^31), which is not posted"
+                        ))
+                    })?;
+                self.on_imm(idx, raw, q)
+            }
+            CompletionKind::RecvImm(raw) => self.on_imm(c.wr_id, raw, q),
             CompletionKind::Read => {
-                let flush = self.flush.as_mut();
-                match flush.and_then(|f| f.pending.pop_front()) {
-                    Some((seq, cell)) if seq == c.wr_id => {
-                        cell.complete(&[0]);
-                        Ok(())
-                    }
-                    _ => Err(Error::internal(format!(
-                        "NET/cclkit-ib: flush completion {} out of order",
+                // Each device completes its reads in order; devices among themselves
+                // in any order, so the flush is found by its sequence number.
+                let Some(f) = self.flush.as_mut() else {
+                    return Err(Error::internal(
+                        "NET/cclkit-ib: read completion without flush QP",
+                    ));
+                };
+                let Some(pos) = f.pending.iter().position(|p| p.0 == c.wr_id) else {
+                    return Err(Error::internal(format!(
+                        "NET/cclkit-ib: completion of flush {}, which is not pending",
                         c.wr_id
-                    ))),
+                    )));
+                };
+                f.pending[pos].1 -= 1;
+                if f.pending[pos].1 == 0 {
+                    if let Some((_, _, cell)) = f.pending.remove(pos) {
+                        cell.complete(&[0]);
+                    }
                 }
+                Ok(())
             }
             // Signaled CTS writes only retire send-queue entries.
             CompletionKind::Write | CompletionKind::Other(_) => Ok(()),
         }
     }
 
-    fn on_imm(&mut self, idx: u64, raw: u32) -> Result<()> {
+    fn on_imm(&mut self, idx: u64, raw: u32, q: Option<usize>) -> Result<()> {
         let slot = slot_of(idx);
         let Some(p) = self.slots[slot].as_mut().filter(|p| p.idx == idx) else {
             return Err(Error::internal(format!(
@@ -302,6 +375,9 @@ impl<N: Nic> Receiver<N> {
                 )));
             }
             p.single = Some(size);
+        }
+        if let Some(q) = q {
+            p.events.stop_qp(q);
         }
         p.events_left -= 1;
         if p.events_left > 0 {
@@ -341,8 +417,11 @@ impl<N: Nic> Receiver<N> {
     fn fail(&mut self, e: Error) -> Error {
         let e = self.fatal.get_or_insert(e).clone();
         fail_cells(self.slots.iter().flatten().map(|p| &p.cell));
+        for p in self.slots.iter_mut().flatten() {
+            p.events.stop_all();
+        }
         if let Some(f) = &self.flush {
-            fail_cells(f.pending.iter().map(|(_, c)| c));
+            fail_cells(f.pending.iter().map(|(_, _, c)| c));
         }
         e
     }

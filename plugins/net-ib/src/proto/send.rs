@@ -7,29 +7,35 @@ use cclkit_abi::{Error, Result};
 
 use super::endpoint::Endpoint;
 use super::fifo::{FifoElem, SIZES_SLOT_BYTES, slot_of};
-use super::plan::{Records, SendOpts, plan, uses_records};
+use super::plan::{QpLayout, Records, SendOpts, imm_on_data, plan_on, uses_records};
+use super::prof::{QpWork, ReqEvents};
 use super::request::ReqCell;
+use super::split::chunk;
 use super::{
-    DATA_QP_CAPS, MAX_INFLIGHT, MAX_RECVS, Registered, RemoteBuf, completion_error, fail_cells,
+    DATA_QP_CAPS, Keys, MAX_INFLIGHT, MAX_RECVS, Registered, RemoteBuf, completion_error,
+    fail_cells,
 };
-use crate::nic::{Completion, CompletionKind, Nic, SendWr, Sge};
+use crate::nic::{Completion, CompletionKind, Nic, SendWr};
+use crate::verbs::sys::{IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM};
+use cclkit_abi::profiler::net::RequestProfiler;
 
-/// A buffer to send and the local key of the registration covering it.
+/// A buffer to send and the local keys of the registrations covering it, per
+/// device of the virtual device.
 #[derive(Debug, Clone, Copy)]
 pub struct SendBuf {
     /// Start address.
     pub addr: u64,
     /// Length in bytes.
     pub len: usize,
-    /// Local key.
-    pub lkey: u32,
+    /// Local keys (NCCL's `send.lkeys[]`).
+    pub lkeys: Keys,
 }
 
 /// The slot at the FIFO head while its sends arrive.
 struct Matching {
     idx: u64,
     elems: Vec<FifoElem>,
-    sends: [Option<(SendBuf, Arc<ReqCell>)>; MAX_RECVS],
+    sends: [Option<(SendBuf, Arc<ReqCell>, RequestProfiler)>; MAX_RECVS],
     matched: usize,
 }
 
@@ -38,6 +44,9 @@ struct Ready {
     idx: u64,
     wrs: Vec<(usize, Vec<SendWr>)>,
     cells: Vec<(Arc<ReqCell>, u64)>,
+    /// Per request: its profiler and length; whether the immediate rides on data.
+    profs: Vec<(RequestProfiler, usize)>,
+    imm_on_data: bool,
 }
 
 /// A slot whose writes are posted; done when every QP's signaled write completed.
@@ -46,6 +55,8 @@ struct Inflight {
     /// (QP index, WRs posted there): credit returned when its completion is polled.
     qps: Vec<(usize, usize)>,
     cells: Vec<(Arc<ReqCell>, u64)>,
+    /// Profiler QP events of the slot's requests, stopped per QP as it completes.
+    events: ReqEvents,
 }
 
 /// The sending half of a connected comm.
@@ -64,7 +75,7 @@ pub struct Sender<N: Nic> {
     /// completion of it (or of a later signaled WR) is polled, as in verbs.
     credit: Vec<usize>,
     fatal: Option<Error>,
-    completions: Vec<Completion>,
+    completions: Vec<(usize, Completion)>,
 }
 
 impl<N: Nic> Sender<N> {
@@ -105,8 +116,18 @@ impl<N: Nic> Sender<N> {
     /// Posts a send with `tag`; `Ok(None)` until the receiver's matching CTS entry
     /// is there (NCCL retries). A send larger than the posted receive is an error.
     pub fn isend(&mut self, buf: SendBuf, tag: i32) -> Result<Option<Arc<ReqCell>>> {
+        self.isend_profiled(buf, tag, RequestProfiler::none())
+    }
+
+    /// [`isend`](Self::isend) reporting QP events to `prof` ([`super::prof`]).
+    pub fn isend_profiled(
+        &mut self,
+        buf: SendBuf,
+        tag: i32,
+        prof: RequestProfiler,
+    ) -> Result<Option<Arc<ReqCell>>> {
         self.check()?;
-        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+        if let Err(e) = self.ep.check_fatal() {
             return Err(self.fail(e));
         }
         if self.matching.is_none() {
@@ -150,7 +171,7 @@ impl<N: Nic> Sender<N> {
             )));
         }
         let cell = Arc::new(ReqCell::new(1));
-        m.sends[r] = Some((buf, Arc::clone(&cell)));
+        m.sends[r] = Some((buf, Arc::clone(&cell), prof));
         m.matched += 1;
         if m.matched == m.elems.len() {
             if let Some(m) = self.matching.take() {
@@ -204,12 +225,14 @@ impl<N: Nic> Sender<N> {
         let slot = slot_of(m.idx);
         let mut sends = Vec::with_capacity(n);
         let mut cells = Vec::with_capacity(n);
+        let mut profs = Vec::with_capacity(n);
         for s in m.sends.into_iter().take(n) {
-            let (b, c) = s.ok_or_else(|| Error::internal("posting a partly matched slot"))?;
+            let (b, c, p) = s.ok_or_else(|| Error::internal("posting a partly matched slot"))?;
             sends.push(b);
             cells.push((c, b.len as u64));
+            profs.push((p, b.len));
         }
-        if uses_records(&sends) {
+        if self.opts.ooo || uses_records(&sends) {
             for (r, b) in sends.iter().enumerate() {
                 self.sizes_out.mem().store(
                     slot * SIZES_SLOT_BYTES + 8 * r,
@@ -219,24 +242,20 @@ impl<N: Nic> Sender<N> {
             }
         }
         let records = Records {
-            local: Sge {
-                addr: (self.sizes_out.mem().addr() + slot * SIZES_SLOT_BYTES) as u64,
-                len: (8 * n) as u32,
-                lkey: self.sizes_out.lkey(),
-            },
+            addr: (self.sizes_out.mem().addr() + slot * SIZES_SLOT_BYTES) as u64,
+            len: (8 * n) as u32,
+            lkeys: self.sizes_out.lkeys(),
             remote: RemoteBuf {
                 addr: self.remote_sizes.addr + (slot * SIZES_SLOT_BYTES) as u64,
-                rkey: self.remote_sizes.rkey,
+                rkeys: self.remote_sizes.rkeys,
             },
         };
-        let wrs = plan(
-            m.idx,
-            &sends,
-            &m.elems,
-            records,
-            self.ep.qps.len(),
-            self.opts,
-        );
+        let layout = QpLayout {
+            nqps: self.ep.qps.len(),
+            local_devs: self.ep.ndevs(),
+            remote_devs: self.ep.remote_devs,
+        };
+        let wrs = plan_on(m.idx, &sends, &m.elems, records, layout, self.opts);
         if let Some((q, w)) = wrs
             .iter()
             .find(|(_, w)| w.len() > DATA_QP_CAPS.max_send_wr as usize)
@@ -254,6 +273,8 @@ impl<N: Nic> Sender<N> {
             idx: m.idx,
             wrs,
             cells,
+            imm_on_data: imm_on_data(&sends, self.opts),
+            profs,
         });
         Ok(())
     }
@@ -267,15 +288,18 @@ impl<N: Nic> Sender<N> {
             let Some(r) = self.ready.pop_front() else {
                 return Ok(());
             };
+            let events = self.start_events(&r);
             // Tracked before posting, so a failure below fails these requests too.
             self.inflight.push_back(Inflight {
                 idx: r.idx,
                 qps: r.wrs.iter().map(|(q, w)| (*q, w.len())).collect(),
                 cells: r.cells,
+                events,
             });
             for (q, w) in &r.wrs {
                 self.credit[*q] -= w.len();
-                self.ep.nic.post_send(&mut self.ep.qps[*q], w)?;
+                let nic = Arc::clone(&self.ep.nics[self.ep.dev_of(*q)]);
+                nic.post_send(&mut self.ep.qps[*q], w)?;
             }
         }
         Ok(())
@@ -284,19 +308,15 @@ impl<N: Nic> Sender<N> {
     /// Polls the CQ and completes finished sends.
     pub fn progress(&mut self) -> Result<()> {
         self.check()?;
-        if let Err(e) = self.ep.nic.check_fatal(&self.ep.cq) {
+        if let Err(e) = self.ep.check_fatal() {
             return Err(self.fail(e));
         }
         self.completions.clear();
-        if let Err(e) = self
-            .ep
-            .nic
-            .poll_cq(&mut self.ep.cq, &mut self.completions, 64)
-        {
+        if let Err(e) = self.ep.poll(&mut self.completions, 64) {
             return Err(self.fail(e));
         }
         for i in 0..self.completions.len() {
-            let c = self.completions[i];
+            let (dev, c) = self.completions[i];
             if c.status != 0 {
                 return Err(self.fail(completion_error("sender", &c)));
             }
@@ -309,7 +329,7 @@ impl<N: Nic> Sender<N> {
                     c.wr_id
                 ))));
             };
-            let q = self.ep.qp_index(c.qp_num);
+            let q = self.ep.qp_index(dev, c.qp_num);
             let f = &mut self.inflight[pos];
             let Some(at) = q.and_then(|q| f.qps.iter().position(|(fq, _)| *fq == q)) else {
                 return Err(self.fail(Error::internal(format!(
@@ -319,6 +339,7 @@ impl<N: Nic> Sender<N> {
             };
             let (q, n) = f.qps.swap_remove(at);
             self.credit[q] += n;
+            f.events.stop_qp(q);
             if f.qps.is_empty() {
                 if let Some(done) = self.inflight.remove(pos) {
                     for (cell, size) in &done.cells {
@@ -340,9 +361,47 @@ impl<N: Nic> Sender<N> {
         }
     }
 
+    /// One profiler event per request and QP of a slot about to be posted (NCCL's
+    /// `ncclIbMultiSend` under `NCCL_ENABLE_NET_PROFILING`).
+    fn start_events(&self, r: &Ready) -> ReqEvents {
+        let mut events = ReqEvents::default();
+        if r.profs.iter().all(|(p, _)| !p.is_enabled()) {
+            return events;
+        }
+        let per = if self.opts.split {
+            self.ep.qps.len()
+        } else {
+            1
+        };
+        for (i, (q, _)) in r.wrs.iter().enumerate() {
+            for (p, len) in &r.profs {
+                let opcode = if r.imm_on_data {
+                    IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    IBV_WR_RDMA_WRITE
+                };
+                events.start(
+                    *p,
+                    QpWork {
+                        q: *q,
+                        device: self.ep.dev_of(*q),
+                        wr_id: r.idx,
+                        opcode,
+                        qp_num: N::qp_num(&self.ep.qps[*q]),
+                        length: chunk(*len, per, i).len(),
+                    },
+                );
+            }
+        }
+        events
+    }
+
     /// Records the first fatal error and fails every pending send.
     fn fail(&mut self, e: Error) -> Error {
         let e = self.fatal.get_or_insert(e).clone();
+        for f in &mut self.inflight {
+            f.events.stop_all();
+        }
         fail_cells(
             self.inflight
                 .iter()
@@ -354,7 +413,7 @@ impl<N: Nic> Sender<N> {
                 .flat_map(|r| r.cells.iter().map(|(c, _)| c)),
         );
         if let Some(m) = &self.matching {
-            fail_cells(m.sends.iter().flatten().map(|(_, c)| c));
+            fail_cells(m.sends.iter().flatten().map(|(_, c, _)| c));
         }
         e
     }

@@ -40,14 +40,15 @@ pub(super) fn pair_with(fabric: Arc<FakeFabric>, nqps: usize, flush: bool, send:
         nqps,
         link: Link::default(),
         ece: true,
+        ooo_rq: false,
         send,
     };
-    let sh = SenderHalf::new(Arc::clone(&a), opts).unwrap();
+    let sh = SenderHalf::new(vec![Arc::clone(&a)], 1, opts).unwrap();
     let accept_opts = AcceptOpts {
         flush,
         ..AcceptOpts::default()
     };
-    let (rcv, meta) = accept(Arc::clone(&b), &sh.meta(), accept_opts).unwrap();
+    let (rcv, meta) = accept(vec![Arc::clone(&b)], &sh.meta(), accept_opts).unwrap();
     let snd = sh.connect(&meta).unwrap();
     Pair {
         fabric,
@@ -56,6 +57,13 @@ pub(super) fn pair_with(fabric: Arc<FakeFabric>, nqps: usize, flush: bool, send:
         snd,
         rcv,
     }
+}
+
+/// The keys of a registration on a plain (one-port) device.
+pub(super) fn one_key(k: u32) -> super::Keys {
+    let mut keys = [0; super::MAX_DEVS];
+    keys[0] = k;
+    keys
 }
 
 /// A registered test buffer.
@@ -87,14 +95,14 @@ impl Buf {
         SendBuf {
             addr: self.data.as_ptr() as u64,
             len,
-            lkey: FakeNic::keys(&self.mr).0,
+            lkeys: one_key(FakeNic::keys(&self.mr).0),
         }
     }
     pub fn target(&self, tag: i32) -> RecvTarget {
         RecvTarget {
             addr: self.data.as_ptr() as u64,
             len: self.data.len(),
-            rkey: FakeNic::keys(&self.mr).1,
+            rkeys: one_key(FakeNic::keys(&self.mr).1),
             tag,
         }
     }
@@ -436,7 +444,7 @@ fn flush_reads_one_byte_through_the_loopback_qp() {
         .rcv
         .iflush(Some((
             dst.data.as_ptr() as u64 + 100,
-            FakeNic::keys(&dst.mr).1,
+            one_key(FakeNic::keys(&dst.mr).1),
         )))
         .unwrap()
         .unwrap();
@@ -458,7 +466,7 @@ fn flush_reads_one_byte_through_the_loopback_qp() {
     assert!(!q.rcv.can_flush());
     assert!(
         q.rcv
-            .iflush(Some((dst.data.as_ptr() as u64, 1)))
+            .iflush(Some((dst.data.as_ptr() as u64, one_key(1))))
             .unwrap()
             .is_none()
     );

@@ -217,16 +217,20 @@ fn open_ports(
         Arc::clone(&fatal),
     )?);
     if cfg.ooo_rq {
-        // NCCL enables OOO RQ only through mlx5dv (`ncclIbQueryOooRqSize`); for
-        // other providers it stays off. This plugin does not use mlx5dv.
+        // NCCL probes OOO RQ only through mlx5dv (`ncclIbQueryOooRqSize`:
+        // `mlx5dv_query_device`, `ooo_recv_wrs_caps.max_rc`); for other providers
+        // it stays off. This plugin does not bind mlx5dv, so `VerbsNic::ooo_rq_size`
+        // is None and connections keep them off (`proto::ooo`).
         nccl_warn!(
-            "NET/cclkit-ib: NCCL_IB_OOO_RQ=1 needs mlx5dv, which cclkit-ib does not use; \
-             out-of-order receive queues stay off on {name}"
+            "NET/cclkit-ib: NCCL_IB_OOO_RQ=1 requested, but cclkit-ib does not use mlx5dv \
+             (needed to probe and create out-of-order receive queues): oooRqSize=0 on {name}, \
+             they stay off"
         );
     }
     let mut out = Vec::new();
     for port in 1..=attr.phys_port_cnt {
-        let pattr = ctx.query_port(port)?;
+        let pattr_ex = ctx.query_port_ex(port)?;
+        let pattr = pattr_ex.attr;
         if pattr.state != IBV_PORT_ACTIVE {
             nccl_info!(
                 subsys::NET | subsys::INIT,
@@ -270,12 +274,10 @@ fn open_ports(
             guid: attr.sys_image_guid,
             ptr_support,
             reg_is_global: true,
-            // The hand-written ibv_port_attr stops before active_speed_ex (absent
-            // from rdma-core < 50), so the table path sees 0 there.
             speed_mbps: choose_speed_mbps(
                 query_speed(&ctx, port, cfg),
                 pattr.active_speed,
-                0,
+                pattr_ex.active_speed_ex,
                 pattr.active_width,
             ),
             port: i32::from(port),

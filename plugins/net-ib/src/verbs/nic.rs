@@ -214,6 +214,13 @@ impl Nic for VerbsNic {
     }
 
     fn create_qp(&self, cq: &VerbsCq, caps: QpCaps) -> Result<Qp> {
+        if caps.ooo_rq {
+            // ooo_rq_size() is None here, so connection setup never asks for it.
+            return Err(Error::internal(
+                "NET/cclkit-ib: an out-of-order receive queue needs mlx5dv_create_qp, \
+                 which cclkit-ib does not bind",
+            ));
+        }
         let cap = ibv_qp_cap {
             max_send_wr: caps.max_send_wr.min(self.max_qp_wr),
             max_recv_wr: caps.max_recv_wr.min(self.max_qp_wr),

@@ -150,6 +150,32 @@ fn checks() -> Vec<(&'static str, usize)> {
         ),
         ("IBV_WC_WITH_IMM", IBV_WC_WITH_IMM as usize),
         ("IBV_WC_TM_RNDV_INCOMPLETE", 23),
+        (
+            "offsetof(struct ibv_context, abi_compat)",
+            super::super::port::CONTEXT_ABI_COMPAT_OFFSET,
+        ),
+        (
+            "offsetof(struct verbs_context, context) - offsetof(struct verbs_context, query_port)",
+            super::super::port::VCTX_QUERY_PORT_BEFORE_CONTEXT,
+        ),
+        (
+            "offsetof(struct verbs_context, context) - offsetof(struct verbs_context, sz)",
+            super::super::port::VCTX_SZ_BEFORE_CONTEXT,
+        ),
+        (
+            "sizeof(struct verbs_context) - offsetof(struct verbs_context, query_port)",
+            super::super::port::VCTX_SPAN_FROM_QUERY_PORT,
+        ),
+        (
+            // Where rdma-core >= 50 puts active_speed_ex: the next 4-aligned offset
+            // after port_cap_flags2.
+            "(offsetof(struct ibv_port_attr, port_cap_flags2) + 2 + 3) / 4 * 4",
+            offset_of!(super::super::port::ibv_port_attr_ex, active_speed_ex),
+        ),
+        (
+            "(size_t)__VERBS_ABI_IS_EXTENDED",
+            super::super::port::ABI_IS_EXTENDED,
+        ),
     ]
 }
 
