@@ -1,210 +1,46 @@
 //! Loopback benchmark: `cclkit-socket` (through its `ncclNetPlugin_v12` table, as
-//! NCCL calls it) against a raw-TCP baseline (plain blocking send/recv of the same
-//! sizes over one socket), between two processes, in one invocation.
+//! NCCL calls it) against raw TCP between two processes, in one invocation.
 //!
 //! ```text
-//! cargo bench -p cclkit-net-socket --bench socket_bench [-- --quick] [--rounds N] [--latency-only]
+//! cargo bench -p cclkit-net-socket --bench socket_bench -- [--quick] [--rounds N]
+//!     [--small-only | --large-only] [--full] [--plugin-only] [--size N]
 //! ```
-//! The plugin's usual variables apply (`NCCL_SOCKET_NTHREADS`, …); the interface
-//! defaults to `lo`. The driver loop tests every outstanding request and yields the
-//! CPU when nothing progressed, as NCCL's proxy thread does.
+//! `--plugin-only` runs just the plugin's streaming runs and `--size N` just one
+//! size, for profiling (`strace -f -c`, `perf`) without the baselines mixed in.
+//! Small messages (8 B, 64 B, 1 KiB, 4 KiB): the plugin streams with 8 requests in
+//! flight per side (NCCL's `NCCL_STEPS`) next to two raw TCP streams of the same
+//! messages, one written with one `write` per message (the floor: what a transport
+//! doing one system call per message gets) and one with 8 messages per `writev`
+//! (the ceiling of batching), each read the same way; then the round trip of one
+//! message, plugin against a blocking raw ping-pong.
+//! Large messages (1, 4, 16 MiB; `--full` adds 64 KiB, 64 and 256 MiB): the plugin
+//! with 4 in flight against a blocking raw stream (one `write_all`/`read_exact` of
+//! each message).
 //!
-//! Each round measures the plugin and the baseline back to back (alternating which
-//! goes first); the table shows medians over rounds, and the ratio column is the
-//! median of the per-round ratios, which is robust to load drifting on a shared host.
-//! CPU columns count user + system time of both processes (helper threads included).
+//! Each round runs every variant back to back, rotating which goes first; the
+//! tables show medians over rounds, and ratio columns are medians of per-round
+//! ratios, robust to load drifting on a shared host. The plugin's variables apply
+//! (`NCCL_SOCKET_NTHREADS`, …); the interface defaults to `lo`.
 
-use std::ffi::{c_int, c_void};
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{BufReader, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
-use std::ptr::null_mut;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cclkit_abi::raw::net::ncclNetCommConfig_v10_t;
-use cclkit_net_socket::ncclNetPlugin_v12 as NET;
-
-type Ptr = *mut c_void;
+use common::{Paired, Plugin, arg, flag, human, read, stream, tell, timed};
 
 const ROLE: &str = "CCLKIT_BENCH_ROLE";
-/// Requests in flight per direction in bandwidth runs.
-const WINDOW: usize = 4;
+/// Requests in flight per side for small messages (NCCL_STEPS).
+const SMALL_WINDOW: usize = 8;
+/// Requests in flight per side for large messages.
+const LARGE_WINDOW: usize = 4;
+/// Messages per `writev` (and per read) of the batched raw stream.
+const RAW_BATCH: usize = 8;
 
-fn check(r: cclkit_abi::raw::common::NcclResult, what: &str) {
-    assert!(r.is_ok(), "{what} failed: {r:?}");
-}
-
-/// The plugin side of one process: a send comm to the peer and a receive comm from it.
-struct Plugin {
-    ctx: Ptr,
-    send: Ptr,
-    recv: Ptr,
-}
-
-impl Plugin {
-    fn connect(peer_io: &mut dyn FnMut(&str) -> String) -> Plugin {
-        let mut ctx: Ptr = null_mut();
-        let mut cfg = ncclNetCommConfig_v10_t { trafficClass: -1 };
-        let mut handle = [0u8; 128];
-        let mut lc: Ptr = null_mut();
-        // SAFETY: NCCL's calling conventions for init and listen.
-        unsafe {
-            check(
-                (NET.init.unwrap())(&mut ctx, 1, &mut cfg, None, None),
-                "init",
-            );
-            check(
-                (NET.listen.unwrap())(ctx, 0, handle.as_mut_ptr().cast(), &mut lc),
-                "listen",
-            );
-        }
-        let hex: String = handle.iter().map(|b| format!("{b:02x}")).collect();
-        let theirs = peer_io(&hex);
-        let mut peer = [0u8; 128];
-        for (i, b) in peer.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&theirs[2 * i..2 * i + 2], 16).expect("handle hex");
-        }
-        let (mut send, mut recv): (Ptr, Ptr) = (null_mut(), null_mut());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while send.is_null() || recv.is_null() {
-            assert!(Instant::now() < deadline, "connection setup timed out");
-            let mut dev = null_mut();
-            // SAFETY: the same handle buffer on every connect retry, as NCCL does.
-            unsafe {
-                if send.is_null() {
-                    check(
-                        (NET.connect.unwrap())(
-                            ctx,
-                            0,
-                            peer.as_mut_ptr().cast(),
-                            &mut send,
-                            &mut dev,
-                        ),
-                        "connect",
-                    );
-                }
-                if recv.is_null() {
-                    check((NET.accept.unwrap())(lc, &mut recv, &mut dev), "accept");
-                }
-            }
-        }
-        // SAFETY: the listen comm is no longer needed.
-        unsafe { check((NET.closeListen.unwrap())(lc), "closeListen") };
-        Plugin { ctx, send, recv }
-    }
-
-    fn isend(&self, buf: &mut [u8]) -> Ptr {
-        let mut req: Ptr = null_mut();
-        while req.is_null() {
-            // SAFETY: the buffer outlives the request (callers wait before reuse).
-            unsafe {
-                check(
-                    (NET.isend.unwrap())(
-                        self.send,
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        0,
-                        null_mut(),
-                        null_mut(),
-                        &mut req,
-                    ),
-                    "isend",
-                )
-            };
-            if req.is_null() {
-                std::thread::yield_now();
-            }
-        }
-        req
-    }
-
-    fn irecv(&self, buf: &mut [u8]) -> Ptr {
-        let mut data = buf.as_mut_ptr().cast::<c_void>();
-        let mut size = buf.len();
-        let mut tag: c_int = 0;
-        let mut mh: Ptr = null_mut();
-        let mut req: Ptr = null_mut();
-        // SAFETY: one buffer that outlives the request.
-        unsafe {
-            check(
-                (NET.irecv.unwrap())(
-                    self.recv,
-                    1,
-                    &mut data,
-                    &mut size,
-                    &mut tag,
-                    &mut mh,
-                    null_mut(),
-                    &mut req,
-                ),
-                "irecv",
-            )
-        };
-        assert!(!req.is_null());
-        req
-    }
-
-    fn test(&self, req: Ptr) -> bool {
-        let mut done: c_int = 0;
-        let mut sizes = [0 as c_int; 64];
-        // SAFETY: a live request.
-        unsafe {
-            check(
-                (NET.test.unwrap())(req, &mut done, sizes.as_mut_ptr()),
-                "test",
-            )
-        };
-        done == 1
-    }
-
-    /// Tests until `req` completes, yielding the CPU between tries like NCCL's proxy.
-    fn wait(&self, req: Ptr) {
-        while !self.test(req) {
-            std::thread::yield_now();
-        }
-    }
-}
-
-impl Drop for Plugin {
-    fn drop(&mut self) {
-        // SAFETY: comms and context from this process's init/connect/accept.
-        unsafe {
-            check((NET.closeSend.unwrap())(self.send), "closeSend");
-            check((NET.closeRecv.unwrap())(self.recv), "closeRecv");
-            check((NET.finalize.unwrap())(self.ctx), "finalize");
-        }
-    }
-}
-
-/// Keeps `WINDOW` operations of `size` bytes in flight until `count` are done.
-/// Keeps `WINDOW` operations in flight until `count` are done, testing the oldest
-/// one each round like NCCL's proxy (which polls steps in order) and yielding when
-/// it is not done yet.
-fn stream(p: &Plugin, bufs: &mut [Vec<u8>], count: usize, sending: bool) {
-    let mut inflight: std::collections::VecDeque<Ptr> =
-        std::collections::VecDeque::with_capacity(WINDOW);
-    let (mut posted, mut done) = (0, 0);
-    while done < count {
-        while posted < count && inflight.len() < WINDOW {
-            let slot = posted % bufs.len();
-            let req = if sending {
-                p.isend(&mut bufs[slot])
-            } else {
-                p.irecv(&mut bufs[slot])
-            };
-            inflight.push_back(req);
-            posted += 1;
-        }
-        match inflight.front() {
-            Some(&req) if p.test(req) => {
-                inflight.pop_front();
-                done += 1;
-            }
-            _ => std::thread::yield_now(),
-        }
-    }
-}
-
+/// Sends `count` messages from `bufs` (round-robin, one request in flight per
+/// buffer); returns bytes/s measured until the peer's acknowledgement.
 fn bw_plugin(p: &Plugin, bufs: &mut [Vec<u8>], count: usize) -> f64 {
     let size = bufs[0].len();
     let mut ack = [0u8; 1];
@@ -212,38 +48,59 @@ fn bw_plugin(p: &Plugin, bufs: &mut [Vec<u8>], count: usize) -> f64 {
     stream(p, bufs, count, true);
     let r = p.irecv(&mut ack);
     p.wait(r);
-    (size * count) as f64 / start.elapsed().as_secs_f64() / 1e9
+    (size * count) as f64 / start.elapsed().as_secs_f64()
 }
 
-fn bw_raw(s: &mut TcpStream, buf: &[u8], count: usize) -> f64 {
-    let size = buf.len();
+/// Writes all of `bufs` with as few `writev` calls as the socket allows.
+fn write_all_vectored(s: &mut TcpStream, mut bufs: &mut [IoSlice<'_>]) {
+    while !bufs.is_empty() {
+        let n = s.write_vectored(bufs).expect("raw writev");
+        assert!(n > 0, "raw writev wrote nothing");
+        IoSlice::advance_slices(&mut bufs, n);
+    }
+}
+
+/// Sends `count` messages from `bufs` (round-robin, the plugin's buffers: the same
+/// memory footprint), `batch` per system call (1 = `write_all`); returns bytes/s
+/// measured until the peer's acknowledgement.
+fn bw_raw(s: &mut TcpStream, bufs: &[Vec<u8>], count: usize, batch: usize) -> f64 {
+    let size = bufs[0].len();
     let mut ack = [0u8; 1];
     let start = Instant::now();
-    for _ in 0..count {
-        s.write_all(buf).expect("raw send");
+    let mut sent = 0;
+    while sent < count {
+        let n = (count - sent).min(batch);
+        if n == 1 {
+            s.write_all(&bufs[sent % bufs.len()]).expect("raw send");
+        } else {
+            let mut iov = [IoSlice::new(&[]); RAW_BATCH];
+            for (j, v) in iov[..n].iter_mut().enumerate() {
+                *v = IoSlice::new(&bufs[(sent + j) % bufs.len()]);
+            }
+            write_all_vectored(s, &mut iov[..n]);
+        }
+        sent += n;
     }
     s.read_exact(&mut ack).expect("raw ack");
-    (size * count) as f64 / start.elapsed().as_secs_f64() / 1e9
+    (size * count) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// 8-byte ping-pong; returns the mean round trip in µs. A receive is always
-/// posted ahead, as NCCL keeps receives posted.
-fn lat_plugin(p: &Plugin, iters: usize, initiator: bool) -> f64 {
-    let mut out = [1u8; 8];
-    let mut inb = [[0u8; 8]; 2];
+/// Ping-pong of `size`-byte messages; returns the mean round trip in µs. A receive
+/// is always posted ahead, as NCCL keeps receives posted.
+fn lat_plugin(p: &Plugin, size: usize, iters: usize, initiator: bool) -> f64 {
+    let mut out = vec![1u8; size];
+    let mut inb = [vec![0u8; size], vec![0u8; size]];
     let start = Instant::now();
-    let [a, b] = &mut inb;
-    let bufs = [a, b];
-    let mut next = p.irecv(bufs[0]);
+    let mut next = p.irecv(&mut inb[0]);
     for i in 0..iters {
         if initiator {
             let s = p.isend(&mut out);
             p.wait(s);
             p.wait(next);
-            next = p.irecv(bufs[(i + 1) % 2]);
+            next = p.irecv(&mut inb[(i + 1) % 2]);
         } else {
             p.wait(next);
-            next = p.irecv(bufs[(i + 1) % 2]);
+            next = p.irecv(&mut inb[(i + 1) % 2]);
             let s = p.isend(&mut out);
             p.wait(s);
         }
@@ -262,8 +119,8 @@ fn lat_plugin(p: &Plugin, iters: usize, initiator: bool) -> f64 {
     elapsed.as_secs_f64() * 1e6 / iters as f64
 }
 
-fn lat_raw(s: &mut TcpStream, iters: usize, initiator: bool) -> f64 {
-    let mut buf = [0u8; 8];
+fn lat_raw(s: &mut TcpStream, size: usize, iters: usize, initiator: bool) -> f64 {
+    let mut buf = vec![0u8; size];
     let start = Instant::now();
     for _ in 0..iters {
         if initiator {
@@ -277,66 +134,245 @@ fn lat_raw(s: &mut TcpStream, iters: usize, initiator: bool) -> f64 {
     start.elapsed().as_secs_f64() * 1e6 / iters as f64
 }
 
+fn num(s: &str) -> usize {
+    s.parse().expect("number")
+}
+
+/// The peer process: runs the receiving half of each command from the parent.
 fn peer() {
     let mut stdin = BufReader::new(std::io::stdin());
-    let mut line = String::new();
-    let mut hear = |line: &mut String| {
-        line.clear();
-        stdin.read_line(line).expect("stdin");
-        line.trim().to_owned()
-    };
-    let port: u16 = hear(&mut line).parse().expect("port");
+    let port: u16 = read(&mut stdin).parse().expect("port");
     let mut raw = TcpStream::connect(("127.0.0.1", port)).expect("raw connect");
     raw.set_nodelay(true).expect("nodelay");
-    let theirs = hear(&mut line);
+    let theirs = read(&mut stdin);
     let p = Plugin::connect(&mut |mine: &str| {
         println!("{mine}");
         theirs.clone()
     });
     // Receive buffers persist across commands and are touched once up front, so
     // neither side pays page faults inside a timed run.
-    let mut bufs: Vec<Vec<u8>> = Vec::new();
+    let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; 1]];
     let mut rawbuf: Vec<u8> = Vec::new();
     loop {
-        let cmd = hear(&mut line);
-        let cpu0 = cpu();
+        let cmd = read(&mut stdin);
+        let cpu0 = common::cpu();
+        let mut verify = false;
         let f: Vec<&str> = cmd.split_whitespace().collect();
         match f.as_slice() {
-            ["bw", "plugin", size, count] => {
-                let (size, count): (usize, usize) =
-                    (size.parse().expect("size"), count.parse().expect("count"));
-                if bufs.first().map(Vec::len) != Some(size) {
-                    bufs = (0..WINDOW).map(|_| vec![0xffu8; size]).collect();
-                }
-                stream(&p, &mut bufs, count, false);
-                assert!(
-                    bufs.iter().all(|b| b.first() == b.last()),
-                    "payload damaged"
-                );
+            ["prep", size, window, batch] => {
+                // Untimed: the buffers of the coming runs, allocated and touched now.
+                let (size, window, batch) = (num(size), num(window), num(batch));
+                bufs = (0..window).map(|_| vec![0xffu8; size]).collect();
+                rawbuf = vec![0xffu8; size * batch];
+            }
+            ["bw", "plugin", count] => {
+                stream(&p, &mut bufs, num(count), false);
                 let s = p.isend(&mut [1u8]);
                 p.wait(s);
+                verify = true;
             }
-            ["bw", "raw", size, count] => {
-                let (size, count): (usize, usize) =
-                    (size.parse().expect("size"), count.parse().expect("count"));
-                if rawbuf.len() != size {
-                    rawbuf = vec![0xffu8; size];
-                }
-                for _ in 0..count {
-                    raw.read_exact(&mut rawbuf).expect("raw recv");
+            ["bw", "raw", count, batch] => {
+                let (count, batch) = (num(count), num(batch));
+                let (window, size) = (bufs.len(), bufs[0].len());
+                let mut got = 0;
+                while got < count {
+                    let n = (count - got).min(batch);
+                    // One message per read into the plugin's buffers, or `n` at once.
+                    let dst = if n == 1 {
+                        &mut bufs[got % window][..]
+                    } else {
+                        &mut rawbuf[..n * size]
+                    };
+                    raw.read_exact(dst).expect("raw recv");
+                    got += n;
                 }
                 raw.write_all(&[1]).expect("raw ack");
             }
-            ["lat", "plugin", iters] => {
-                lat_plugin(&p, iters.parse().expect("iters"), false);
+            ["lat", "plugin", size, iters] => {
+                lat_plugin(&p, num(size), num(iters), false);
             }
-            ["lat", "raw", iters] => {
-                lat_raw(&mut raw, iters.parse().expect("iters"), false);
+            ["lat", "raw", size, iters] => {
+                lat_raw(&mut raw, num(size), num(iters), false);
             }
             ["quit"] => break,
             other => panic!("unknown command {other:?}"),
         }
-        println!("ok {}", cpu() - cpu0);
+        let used = common::cpu() - cpu0;
+        // After the acknowledgement and outside the CPU count: every byte arrived.
+        if verify {
+            for (i, b) in bufs.iter().enumerate() {
+                assert!(b.iter().all(|&x| x == i as u8 + 1), "payload damaged");
+            }
+        }
+        println!("ok {used}");
+    }
+}
+
+/// The parent's connections: the command channel, the raw socket and the plugin.
+struct Bench {
+    to: std::process::ChildStdin,
+    from: BufReader<std::process::ChildStdout>,
+    raw: TcpStream,
+    p: Plugin,
+    rounds: usize,
+    quick: bool,
+    plugin_only: bool,
+    /// `--size N`: run only this message size.
+    only: Option<usize>,
+}
+
+impl Bench {
+    /// Has the peer allocate and touch its buffers for the coming runs (untimed).
+    fn prep(&mut self, size: usize, window: usize, batch: usize) {
+        tell(&mut self.to, &format!("prep {size} {window} {batch}"));
+        assert!(read(&mut self.from).starts_with("ok "), "peer prep failed");
+    }
+
+    /// Streaming rate and round trip at small sizes.
+    fn small(&mut self) {
+        println!(
+            "\nSmall messages: streaming rate (MB/s; the plugin keeps {SMALL_WINDOW} in flight), \
+             one message per write() vs {RAW_BATCH} per writev() on raw TCP; round trip of one \
+             message (us); CPU (user + system of both processes) per streamed message (us)\n"
+        );
+        println!(
+            "| size | cclkit-socket MB/s | raw 1/write MB/s | raw {RAW_BATCH}/writev MB/s | \
+             vs raw 1/write | vs raw {RAW_BATCH}/writev | RTT cclkit-socket | RTT raw | RTT ratio \
+             | CPU/msg cclkit-socket | raw 1/write | raw {RAW_BATCH}/writev |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let div = if self.quick { 4 } else { 1 };
+        for size in [8usize, 64, 1024, 4096] {
+            if self.only.is_some_and(|o| o != size) {
+                continue;
+            }
+            let count = ((256usize << 20) / size).clamp(20_000, 200_000) / div;
+            let mut bufs: Vec<Vec<u8>> =
+                (0..SMALL_WINDOW).map(|i| vec![i as u8 + 1; size]).collect();
+            self.prep(size, SMALL_WINDOW, RAW_BATCH);
+            let (mut m, mut c) = (Paired::new(2), Paired::new(2));
+            for r in 0..self.rounds {
+                for k in 0..3 {
+                    let variant = (r + k) % 3;
+                    if self.plugin_only && variant != 0 {
+                        continue;
+                    }
+                    let (to, from, raw, p) = (&mut self.to, &mut self.from, &mut self.raw, &self.p);
+                    let (rate, cpu) = match variant {
+                        0 => {
+                            let cmd = format!("bw plugin {count}");
+                            timed(to, from, &cmd, || bw_plugin(p, &mut bufs, count))
+                        }
+                        _ => {
+                            let batch = if variant == 1 { 1 } else { RAW_BATCH };
+                            let cmd = format!("bw raw {count} {batch}");
+                            timed(to, from, &cmd, || bw_raw(raw, &bufs, count, batch))
+                        }
+                    };
+                    let per_msg = cpu * 1e6 / count as f64;
+                    if variant == 0 {
+                        m.ours.push(rate / 1e6);
+                        c.ours.push(per_msg);
+                    } else {
+                        m.base[variant - 1].push(rate / 1e6);
+                        c.base[variant - 1].push(per_msg);
+                    }
+                }
+            }
+            if self.plugin_only {
+                let (o, oc) = (common::median(&mut m.ours), common::median(&mut c.ours));
+                println!("| {} | {o:.1} | | | | | | | | {oc:.2} | | |", human(size));
+                continue;
+            }
+            let ([o, b1, r1], [_, b8, r8]) = (m.against(0), m.against(1));
+            let ([oc, c1, _], [_, c8, _]) = (c.against(0), c.against(1));
+            let iters = if self.quick { 3_000 } else { 10_000 };
+            let [lo, lb, lr] = self.latency(size, iters).against(0);
+            println!(
+                "| {} | {o:.1} | {b1:.1} | {b8:.1} | {r1:.2} | {r8:.2} | {lo:.1} | {lb:.1} | \
+                 {lr:.2} | {oc:.2} | {c1:.2} | {c8:.2} |",
+                human(size)
+            );
+        }
+    }
+
+    /// Paired round trips of `size`-byte messages.
+    fn latency(&mut self, size: usize, iters: usize) -> Paired {
+        let mut m = Paired::new(1);
+        for r in 0..self.rounds {
+            for ours_now in [r % 2 == 0, r % 2 != 0] {
+                let (to, from, raw, p) = (&mut self.to, &mut self.from, &mut self.raw, &self.p);
+                if ours_now {
+                    let cmd = format!("lat plugin {size} {iters}");
+                    m.ours
+                        .push(timed(to, from, &cmd, || lat_plugin(p, size, iters, true)).0);
+                } else {
+                    let cmd = format!("lat raw {size} {iters}");
+                    m.base[0].push(timed(to, from, &cmd, || lat_raw(raw, size, iters, true)).0);
+                }
+            }
+        }
+        m
+    }
+
+    /// Bandwidth of large messages against a blocking raw stream.
+    fn large(&mut self, full: bool) {
+        println!(
+            "\nLarge messages: GB/s, the plugin keeps {LARGE_WINDOW} in flight; raw TCP is one \
+             blocking write_all/read_exact per message. CPU: user + system seconds of both \
+             processes per GB\n"
+        );
+        println!(
+            "| size | cclkit-socket GB/s | raw TCP GB/s | ratio | CPU s/GB cclkit-socket | CPU s/GB raw TCP |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|");
+        let sizes: &[usize] = if full {
+            &[64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+        } else {
+            &[1 << 20, 4 << 20, 16 << 20]
+        };
+        for &size in sizes {
+            if self.only.is_some_and(|o| o != size) {
+                continue;
+            }
+            let count = ((1usize << 30) / size).clamp(8, 4096) / if self.quick { 2 } else { 1 };
+            let gb = (size * count) as f64 / 1e9;
+            // Touched once here, outside the timed runs, and shared by both variants.
+            let mut bufs: Vec<Vec<u8>> =
+                (0..LARGE_WINDOW).map(|i| vec![i as u8 + 1; size]).collect();
+            self.prep(size, LARGE_WINDOW, 1);
+            let (mut m, mut c) = (Paired::new(1), Paired::new(1));
+            for r in 0..self.rounds {
+                for ours_now in [r % 2 == 0, r % 2 != 0] {
+                    if self.plugin_only && !ours_now {
+                        continue;
+                    }
+                    let (to, from, raw, p) = (&mut self.to, &mut self.from, &mut self.raw, &self.p);
+                    if ours_now {
+                        let cmd = format!("bw plugin {count}");
+                        let (v, cpu) = timed(to, from, &cmd, || bw_plugin(p, &mut bufs, count));
+                        m.ours.push(v / 1e9);
+                        c.ours.push(cpu / gb);
+                    } else {
+                        let cmd = format!("bw raw {count} 1");
+                        let (v, cpu) = timed(to, from, &cmd, || bw_raw(raw, &bufs, count, 1));
+                        m.base[0].push(v / 1e9);
+                        c.base[0].push(cpu / gb);
+                    }
+                }
+            }
+            if self.plugin_only {
+                let (o, oc) = (common::median(&mut m.ours), common::median(&mut c.ours));
+                println!("| {} | {o:.2} | | | {oc:.3} | |", human(size));
+                continue;
+            }
+            let [o, b, ratio] = m.against(0);
+            let [oc, bc, _] = c.against(0);
+            println!(
+                "| {} | {o:.2} | {b:.2} | {ratio:.2} | {oc:.3} | {bc:.3} |",
+                human(size)
+            );
+        }
     }
 }
 
@@ -345,7 +381,7 @@ fn main() {
         peer();
         return;
     }
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = flag("--quick");
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").unwrap_or_else(|_| "lo".to_owned());
     // SAFETY: single-threaded at this point; the plugin reads the variable at init.
     unsafe { std::env::set_var("NCCL_SOCKET_IFNAME", &ifname) };
@@ -362,20 +398,13 @@ fn main() {
         &mut to,
         &listener.local_addr().expect("addr").port().to_string(),
     );
-    let (mut raw, _) = listener.accept().expect("raw accept");
+    let (raw, _) = listener.accept().expect("raw accept");
     raw.set_nodelay(true).expect("nodelay");
     let p = Plugin::connect(&mut |mine: &str| {
         tell(&mut to, mine);
         read(&mut from)
     });
-    let sizes: &[usize] = if std::env::args().any(|a| a == "--latency-only") {
-        &[]
-    } else if quick {
-        &[1 << 20, 64 << 20]
-    } else {
-        &[64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
-    };
-    let rounds: usize = arg("--rounds").unwrap_or(if quick { 3 } else { 7 });
+    let rounds: usize = arg("--rounds").unwrap_or(if quick { 3 } else { 5 });
     println!("cclkit-socket vs raw TCP, loopback, 2 processes, NCCL_SOCKET_IFNAME={ifname}");
     for var in [
         "NCCL_SOCKET_NTHREADS",
@@ -388,161 +417,24 @@ fn main() {
             println!("  {var}={v}");
         }
     }
-    println!("{rounds} paired rounds, medians; the plugin keeps {WINDOW} requests in flight\n");
-    println!(
-        "| size | cclkit-socket GB/s | raw TCP GB/s | ratio | CPU s/GB cclkit-socket | CPU s/GB raw TCP |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|");
-    for &size in sizes {
-        let count = ((1usize << 30) / size).clamp(8, 4096) / if quick { 2 } else { 1 };
-        let gb = (size * count) as f64 / 1e9;
-        let mut bufs: Vec<Vec<u8>> = (0..WINDOW).map(|i| vec![i as u8 + 1; size]).collect();
-        let rawbuf = vec![7u8; size];
-        let mut m = Paired::default();
-        for r in 0..rounds {
-            for ours_now in [r % 2 == 0, r % 2 != 0] {
-                if ours_now {
-                    let (v, c) = timed(
-                        &mut to,
-                        &mut from,
-                        &format!("bw plugin {size} {count}"),
-                        || bw_plugin(&p, &mut bufs, count),
-                    );
-                    m.ours.push(v);
-                    m.ours_cpu.push(c / gb);
-                } else {
-                    let (v, c) = timed(
-                        &mut to,
-                        &mut from,
-                        &format!("bw raw {size} {count}"),
-                        || bw_raw(&mut raw, &rawbuf, count),
-                    );
-                    m.base.push(v);
-                    m.base_cpu.push(c / gb);
-                }
-            }
-        }
-        let [o, b, ratio, oc, bc] = m.medians();
-        println!(
-            "| {} | {o:.2} | {b:.2} | {ratio:.2} | {oc:.3} | {bc:.3} |",
-            human(size)
-        );
+    println!("{rounds} rounds, medians of values and of per-round ratios");
+    let mut b = Bench {
+        to,
+        from,
+        raw,
+        p,
+        rounds,
+        quick,
+        plugin_only: flag("--plugin-only"),
+        only: arg("--size"),
+    };
+    if !flag("--large-only") {
+        b.small();
     }
-    let iters = if quick { 5_000 } else { 20_000 };
-    let mut m = Paired::default();
-    for r in 0..rounds {
-        for ours_now in [r % 2 == 0, r % 2 != 0] {
-            if ours_now {
-                let (v, c) = timed(&mut to, &mut from, &format!("lat plugin {iters}"), || {
-                    lat_plugin(&p, iters, true)
-                });
-                m.ours.push(v);
-                m.ours_cpu.push(c * 1e6 / iters as f64);
-            } else {
-                let (v, c) = timed(&mut to, &mut from, &format!("lat raw {iters}"), || {
-                    lat_raw(&mut raw, iters, true)
-                });
-                m.base.push(v);
-                m.base_cpu.push(c * 1e6 / iters as f64);
-            }
-        }
+    if !flag("--small-only") {
+        b.large(flag("--full"));
     }
-    let [o, b, ratio, oc, bc] = m.medians();
-    println!(
-        "\n8-byte round trip (median): cclkit-socket {o:.1} us, raw TCP {b:.1} us, ratio {ratio:.2}; \
-         CPU per round trip (both processes) {oc:.1} us vs {bc:.1} us"
-    );
-    tell(&mut to, "quit");
-    drop(p);
+    tell(&mut b.to, "quit");
+    drop(b);
     let _ = child.wait();
-}
-
-/// Per-round results of the plugin and the baseline.
-#[derive(Default)]
-struct Paired {
-    ours: Vec<f64>,
-    base: Vec<f64>,
-    ours_cpu: Vec<f64>,
-    base_cpu: Vec<f64>,
-}
-
-impl Paired {
-    /// Medians of: ours, baseline, per-round ratio, our CPU, baseline CPU.
-    fn medians(&mut self) -> [f64; 5] {
-        let mut ratio: Vec<f64> = self
-            .ours
-            .iter()
-            .zip(&self.base)
-            .map(|(o, b)| o / b)
-            .collect();
-        [
-            median(&mut self.ours),
-            median(&mut self.base),
-            median(&mut ratio),
-            median(&mut self.ours_cpu),
-            median(&mut self.base_cpu),
-        ]
-    }
-}
-
-/// CPU seconds (user + system, all threads) this process has used.
-fn cpu() -> f64 {
-    // SAFETY: an all-zero rusage is valid; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
-}
-
-/// Tells the peer `cmd`, runs our side, and returns our result with the CPU both
-/// processes spent on it.
-fn timed(
-    to: &mut impl Write,
-    from: &mut impl BufRead,
-    cmd: &str,
-    ours: impl FnOnce() -> f64,
-) -> (f64, f64) {
-    tell(to, cmd);
-    let c0 = cpu();
-    let v = ours();
-    let mine = cpu() - c0;
-    let reply = read(from);
-    let theirs: f64 = reply
-        .strip_prefix("ok ")
-        .and_then(|c| c.parse().ok())
-        .expect("peer reply");
-    (v, mine + theirs)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-}
-
-fn tell(to: &mut impl Write, line: &str) {
-    writeln!(to, "{line}").expect("to peer");
-    to.flush().expect("flush");
-}
-
-fn read(from: &mut impl BufRead) -> String {
-    let mut s = String::new();
-    from.read_line(&mut s).expect("from peer");
-    s.trim().to_owned()
-}
-
-fn human(size: usize) -> String {
-    if size >= 1 << 20 {
-        format!("{} MiB", size >> 20)
-    } else {
-        format!("{} KiB", size >> 10)
-    }
 }

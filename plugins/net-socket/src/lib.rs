@@ -7,7 +7,9 @@
 //! * several TCP streams per comm, moved by helper threads the comm owns (counts
 //!   from `NCCL_SOCKET_NTHREADS`/`NCCL_NSOCKS_PERTHREAD`, else chosen from the
 //!   interface); large messages are striped over them, small ones ride on the
-//!   control stream with their header, written and read by the proxy thread;
+//!   control stream with their header, written and read by the proxy thread,
+//!   several per system call (`isend` queues, `test` writes every queued message
+//!   with one `sendmsg`; the receiver reads ahead and parses many headers per `recv`);
 //! * per-stream state machines on both sides: a partial header or payload is kept,
 //!   never lost (NCCL's inline path can desynchronise, NCCL_ABI.md §5.1);
 //! * grouped receives (`maxRecvs` up to 8) with clear-to-send records, matched by
@@ -35,6 +37,8 @@ use cclkit_abi::raw::common::{ptr, subsys};
 use cclkit_abi::raw::net::{MAX_COLLNET_SIZE, MAX_NET_SIZE, NCCL_NET_MAX_REQUESTS};
 use cclkit_abi::{Error, Result, export_net, nccl_info, nccl_warn};
 
+#[cfg(test)]
+mod batch_tests;
 mod comm;
 pub mod config;
 mod connect;

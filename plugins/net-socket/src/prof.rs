@@ -56,7 +56,8 @@ impl ReqEvent {
 
     /// Closes the event: an update with `length` bytes moved, then a stop.
     pub fn end(&self, length: usize) {
-        if !self.open.swap(false, Ordering::AcqRel) {
+        // A plain load first: without a profiler this runs twice per request.
+        if !self.open.load(Ordering::Acquire) || !self.open.swap(false, Ordering::AcqRel) {
             return;
         }
         let taken = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();

@@ -70,6 +70,15 @@ pub struct RecvCtl {
     cursor: usize,
     max_recvs: usize,
     cts: Option<VecDeque<CtsOut>>,
+    /// `recv` calls made on the control stream (the batching tests count them).
+    reads: u64,
+    /// The last inline payload was large: read the next header alone and payload
+    /// tails straight into NCCL's buffer, so no large payload passes through
+    /// `stage` (a stream of 1 MiB messages would otherwise copy 64 KiB of each
+    /// twice). Small messages keep reading ahead.
+    large: bool,
+    /// Payload bytes copied out of `stage` (the read-ahead tests bound them).
+    staged: u64,
 }
 
 impl RecvCtl {
@@ -85,7 +94,26 @@ impl RecvCtl {
             cursor: 0,
             max_recvs,
             cts: (max_recvs > 1).then(|| VecDeque::with_capacity(slots)),
+            reads: 0,
+            large: false,
+            staged: 0,
         }
+    }
+
+    /// `recv` calls made so far on the control stream.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// Payload bytes that went through the staging buffer so far.
+    pub fn staged(&self) -> u64 {
+        self.staged
+    }
+
+    /// The control socket (tests look at what is waiting in it).
+    #[cfg(test)]
+    pub fn socket(&self) -> &TcpStream {
+        &self.sock
     }
 
     /// Writes pending clear-to-send records and reads what has arrived.
@@ -112,7 +140,8 @@ impl RecvCtl {
     }
 
     /// Reads more control bytes into the staging buffer: `Ok(false)` = none now.
-    fn refill(&mut self, core: &Core) -> std::result::Result<bool, String> {
+    /// `header_only`: read no further than the end of the header being staged.
+    fn refill(&mut self, core: &Core, header_only: bool) -> std::result::Result<bool, String> {
         if self.start > 0 {
             self.stage.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -123,7 +152,14 @@ impl RecvCtl {
             // recv would read as end of file, so say what really happened.
             return Err("internal error: control staging buffer full".to_owned());
         }
-        match sys::recv(self.sock.as_raw_fd(), &mut self.stage[self.end..]) {
+        let want = if header_only {
+            // Less than a header is staged here; never ask for zero bytes (EOF).
+            Header::LEN.max(self.end + 1).min(self.stage.len())
+        } else {
+            self.stage.len()
+        };
+        self.reads += 1;
+        match sys::recv(self.sock.as_raw_fd(), &mut self.stage[self.end..want]) {
             Ok(0) => Err(eof(core)),
             Ok(n) => {
                 self.end += n;
@@ -143,7 +179,7 @@ impl RecvCtl {
                         return Ok(());
                     }
                     if self.end - self.start < Header::LEN {
-                        if !self.refill(core)? {
+                        if !self.refill(core, self.large)? {
                             return Ok(());
                         }
                         continue;
@@ -175,8 +211,10 @@ impl RecvCtl {
                             }
                         }
                         self.start += n;
+                        self.staged += n as u64;
                         *left -= n;
-                    } else if *left >= DIRECT && !dst.is_null() {
+                    } else if (*left >= DIRECT || self.large) && !dst.is_null() {
+                        self.reads += 1;
                         // SAFETY: as above; reads at most `left` bytes into it.
                         match unsafe { sys::recv_raw(self.sock.as_raw_fd(), *dst, *left) } {
                             Ok(0) => return Err(eof(core)),
@@ -193,7 +231,7 @@ impl RecvCtl {
                                 ));
                             }
                         }
-                    } else if !self.refill(core)? {
+                    } else if !self.refill(core, false)? {
                         return Ok(());
                     }
                 }
@@ -229,6 +267,7 @@ impl RecvCtl {
         let size = usize::try_from(head.size)
             .map_err(|_| protocol(format!("message size {}", head.size)))?;
         let inline = head.flags & FLAG_INLINE != 0;
+        self.large = inline && head.size >= DIRECT as u64;
         let count = usize::from(head.chunks);
         let nlanes = core.lanes.len();
         if !inline && head.flags & FLAG_TRUNCATED == 0 && (count == 0 || count > nlanes) {
@@ -334,17 +373,19 @@ pub fn irecv<M>(core: &Core, bufs: &[RecvBuf<'_, M>]) -> Result<Option<Request>>
         bufs: [(0, 0, 0); MAX_RECVS],
         filled: 0,
     };
-    let mut cts = Cts {
-        n,
-        ..Cts::default()
-    };
     for (i, b) in bufs.iter().enumerate() {
         posted.bufs[i] = (b.buf.as_ptr() as usize, b.buf.len(), b.tag);
-        cts.tags[i] = b.tag;
-        cts.sizes[i] = b.buf.len() as u64;
     }
     ctl.posted.push_back(posted);
     if let Some(queue) = ctl.cts.as_mut() {
+        let mut cts = Cts {
+            n,
+            ..Cts::default()
+        };
+        for (i, b) in bufs.iter().enumerate() {
+            cts.tags[i] = b.tag;
+            cts.sizes[i] = b.buf.len() as u64;
+        }
         let mut out = CtsOut {
             bytes: [0; Cts::MAX_LEN],
             len: 0,

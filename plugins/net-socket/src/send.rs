@@ -2,9 +2,16 @@
 //!
 //! Every message gets a header on the control stream. A payload of up to
 //! `NCCL_SOCKET_INLINE` bytes (or any payload when the comm has no data streams)
-//! follows its header there, written by the proxy thread itself with one `sendmsg`
-//! that batches every queued header and inline payload; larger payloads are striped
-//! over the data streams. Partial writes are kept in the queue, never lost.
+//! follows its header there, written by the proxy thread itself; larger payloads are
+//! striped over the data streams. Partial writes are kept in the queue, never lost.
+//!
+//! Small messages cost one system call per batch, not per message: `isend` of an
+//! inline message only queues it (as NCCL's own socket transport does, whose
+//! `isend` does no I/O either), and the next `test` gathers every queued header and
+//! payload into one `sendmsg`. A caller streaming small messages thus posts several
+//! and pays one write for all of them. A striped message's header is written at once
+//! (its receiver must learn where the data streams' bytes go), and a queue of
+//! [`FLUSH_AT`] messages is written without waiting for `test`.
 //!
 //! In grouped mode the receiver's clear-to-send records arrive on the same socket;
 //! a send is only posted once it matches a buffer of the oldest open record by tag
@@ -24,8 +31,11 @@ use crate::slots::{Request, SlotPtr};
 use crate::sys;
 use crate::wire::{self, Cts, FLAG_INLINE, FLAG_TRUNCATED, Header};
 
-/// Most queued messages one `sendmsg` covers (two iovecs each).
-const BATCH: usize = 16;
+/// Most queued messages one `sendmsg` covers (two iovecs each, well under `IOV_MAX`).
+const BATCH: usize = 64;
+/// Queue length at which `isend` writes without waiting for `test` (NCCL keeps at
+/// most 8 steps per connection in flight, so its sends wait for `test`).
+pub const FLUSH_AT: usize = 16;
 
 /// A header (and maybe its inline payload) not yet fully written.
 struct Out {
@@ -58,6 +68,8 @@ pub struct SendCtl {
     inline_bytes: usize,
     min_chunk: usize,
     cts: Option<CtsIn>,
+    /// `sendmsg` calls made on the control stream (the batching tests count them).
+    writes: u64,
 }
 
 impl SendCtl {
@@ -81,7 +93,18 @@ impl SendCtl {
                 end: 0,
                 open: VecDeque::with_capacity(slots),
             }),
+            writes: 0,
         }
+    }
+
+    /// `sendmsg` calls made so far on the control stream.
+    pub fn writes(&self) -> u64 {
+        self.writes
+    }
+
+    /// Messages queued and not yet fully written.
+    pub fn queued(&self) -> usize {
+        self.out.len()
     }
 
     /// Writes what the socket takes of the queued headers and inline payloads (from
@@ -120,6 +143,7 @@ impl SendCtl {
                     n += 1;
                 }
             }
+            self.writes += 1;
             let mut written = match sys::send_vectored(self.sock.as_raw_fd(), &iov[..n]) {
                 Ok(w) => w,
                 Err(e) if sys::would_block(&e) => {
@@ -204,13 +228,6 @@ pub fn isend(core: &Core, buf: Buf, tag: i32) -> Result<Option<Request>> {
     let Control::Send(ctl) = &mut *guard else {
         return Err(Error::internal("isend on a receive comm"));
     };
-    if let Err(message) = ctl.flush(core).and_then(|()| ctl.read_cts(core)) {
-        drop(guard);
-        core.fail(message);
-        return Err(core
-            .refuse()
-            .unwrap_or_else(|| Error::remote("connection failed")));
-    }
     let size = buf.len();
     let nlanes = core.lanes.len();
     let inline = size <= ctl.inline_bytes || nlanes == 0;
@@ -226,9 +243,24 @@ pub fn isend(core: &Core, buf: Buf, tag: i32) -> Result<Option<Request>> {
             core.peer
         )));
     };
-    let index = match ctl.cts.as_mut() {
+    // Grouped mode: read clear-to-send records only when the ones already read
+    // hold no buffer for this tag, so a run of sends costs no read each.
+    let claimed = match ctl.cts.as_mut().map(|c| c.claim(tag)) {
+        Some(None) => {
+            if let Err(message) = ctl.read_cts(core) {
+                drop(guard);
+                core.fail(message);
+                return Err(core
+                    .refuse()
+                    .unwrap_or_else(|| Error::remote("connection failed")));
+            }
+            ctl.cts.as_mut().map(|c| c.claim(tag))
+        }
+        other => other,
+    };
+    let index = match claimed {
         None => 0,
-        Some(cts) => match cts.claim(tag) {
+        Some(claim) => match claim {
             None => return Ok(None),
             Some((idx, cap)) if size as u64 > cap => {
                 // Tell the receiver too, so both sides fail instead of the receiver hanging.
@@ -293,9 +325,12 @@ pub fn isend(core: &Core, buf: Buf, tag: i32) -> Result<Option<Request>> {
         sent: 0,
         slot: Some(req.ptr()),
     });
-    if let Err(message) = ctl.flush(core) {
-        drop(guard);
-        core.fail(message);
+    // Inline messages wait for `test` (or a full batch) to share one `sendmsg`.
+    if !inline || ctl.out.len() >= FLUSH_AT {
+        if let Err(message) = ctl.flush(core) {
+            drop(guard);
+            core.fail(message);
+        }
     }
     Ok(Some(req))
 }

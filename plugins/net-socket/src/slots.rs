@@ -9,7 +9,7 @@
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use cclkit_abi::net::RawHandle;
 
@@ -98,6 +98,9 @@ pub enum Outcome {
 /// The slots of one comm.
 pub struct Pool {
     slots: Box<[Slot]>,
+    /// Where the next search for a free slot starts: requests are released roughly
+    /// in posting order, so the slot after the last one taken is usually free.
+    next: AtomicUsize,
 }
 
 impl Pool {
@@ -115,7 +118,10 @@ impl Pool {
                 prof: Default::default(),
             })
             .collect();
-        Self { slots }
+        Self {
+            slots,
+            next: AtomicUsize::new(0),
+        }
     }
 
     /// Number of slots.
@@ -125,21 +131,47 @@ impl Pool {
 
     /// Takes a free slot for an operation on `nbufs` buffers made of `parts` parts.
     pub fn acquire(&self, nbufs: usize, parts: usize) -> Option<Request> {
-        let slot = self.slots.iter().find(|s| {
-            s.state
-                .compare_exchange(FREE, PENDING, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        })?;
+        let n = self.slots.len();
+        let start = self.next.load(Ordering::Relaxed);
+        let (at, slot) = (0..n)
+            .map(|i| (start + i) % n)
+            .map(|i| (i, &self.slots[i]))
+            .find(|(_, s)| {
+                // A plain load first: a locked compare-exchange on a busy slot costs more.
+                s.state.load(Ordering::Relaxed) == FREE
+                    && s.state
+                        .compare_exchange(FREE, PENDING, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+            })?;
+        self.next.store((at + 1) % n, Ordering::Relaxed);
         slot.remaining.store(parts as u32, Ordering::Relaxed);
-        slot.has_error.store(false, Ordering::Relaxed);
-        if let Ok(mut e) = slot.error.lock() {
-            *e = None;
+        if slot.has_error.swap(false, Ordering::Relaxed) {
+            if let Ok(mut e) = slot.error.lock() {
+                *e = None;
+            }
         }
         slot.nbufs.store(nbufs as u32, Ordering::Relaxed);
         for s in &slot.sizes {
             s.store(0, Ordering::Relaxed);
         }
         Some(Request(NonNull::from(slot)))
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // NCCL's abort closes a comm with requests in flight and never tests them
+        // again, but a host that does must get an error, not freed memory: slots still
+        // held are marked failed and kept (a few KiB, only when requests were abandoned).
+        let held = |s: &&Slot| s.state.load(Ordering::Acquire) != FREE;
+        if !self.slots.iter().any(|s| held(&s)) {
+            return;
+        }
+        for s in self.slots.iter().filter(held) {
+            s.set_error("test() after its comm was closed".to_owned());
+            s.state.store(FAILED, Ordering::Release);
+        }
+        std::mem::forget(std::mem::take(&mut self.slots));
     }
 }
 
