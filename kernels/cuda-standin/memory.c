@@ -21,7 +21,7 @@ static standin_alloc *allocs;
 static size_t n_allocs, cap_allocs;
 static uint64_t next_id = 1;
 
-static int record(uintptr_t base, size_t size, int device, int type, int owned) {
+static int record_as(uintptr_t base, size_t size, int device, int type, int owned, int managed) {
   pthread_mutex_lock(&lock);
   if (n_allocs == cap_allocs) {
     size_t cap = cap_allocs ? cap_allocs * 2 : 64;
@@ -33,9 +33,13 @@ static int record(uintptr_t base, size_t size, int device, int type, int owned) 
     allocs = grown;
     cap_allocs = cap;
   }
-  allocs[n_allocs++] = (standin_alloc){base, size, device, type, owned, next_id++};
+  allocs[n_allocs++] = (standin_alloc){base, size, device, type, owned, managed, next_id++};
   pthread_mutex_unlock(&lock);
   return 1;
+}
+
+static int record(uintptr_t base, size_t size, int device, int type, int owned) {
+  return record_as(base, size, device, type, owned, 0);
 }
 
 /* Removes the record starting at base with the given type; 1 if there was one. */
@@ -68,8 +72,7 @@ int standin_lookup(uintptr_t p, standin_alloc *out) {
   return found;
 }
 
-/* [p, p+n) lies inside one recorded range (n may be 0). */
-static int inside(uintptr_t p, size_t n) {
+int standin_inside(uintptr_t p, size_t n) {
   standin_alloc a;
   if (!standin_lookup(p, &a)) return 0;
   return n <= a.size - (p - a.base);
@@ -103,6 +106,24 @@ STANDIN_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
   standin_alloc a;
   if (!forget((uintptr_t)dptr, CU_MEMORYTYPE_DEVICE, &a)) return CUDA_ERROR_INVALID_VALUE;
   free((void *)a.base);
+  return CUDA_SUCCESS;
+}
+
+/* Managed memory is one address for the host and the device: here that is simply
+ * host memory, recorded as device memory with the managed flag (what the pointer
+ * queries of a GPU report for it). */
+STANDIN_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+  CHECK_INIT();
+  /* CU_MEM_ATTACH_GLOBAL (1) or CU_MEM_ATTACH_HOST (2), as the driver requires. */
+  if (!dptr || size == 0 || (flags != 1 && flags != 2)) return CUDA_ERROR_INVALID_VALUE;
+  void *p = host_alloc(size);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!record_as((uintptr_t)p, size, standin_current_device(), CU_MEMORYTYPE_DEVICE, 1, 1)) {
+    free(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *dptr = (CUdeviceptr)(uintptr_t)p;
+  CU_TRACE("cuMemAllocManaged(%zu, flags=%u) = %p on device %d", size, flags, p, standin_current_device());
   return CUDA_SUCCESS;
 }
 
@@ -209,17 +230,19 @@ static CUresult pointer_attribute(void *data, int attr, uintptr_t ptr, int known
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
       /* Device memory has no host mapping on a GPU: report none, as the driver does. */
-      *(void **)data = known && a->type == CU_MEMORYTYPE_HOST ? (void *)ptr : NULL;
+      *(void **)data = known && (a->type == CU_MEMORYTYPE_HOST || a->managed) ? (void *)ptr : NULL;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       *(int *)data = 0;
       return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *(int *)data = known && a->managed;
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      *(int *)data = known && a->type == CU_MEMORYTYPE_DEVICE;
+      *(int *)data = known && a->type == CU_MEMORYTYPE_DEVICE && !a->managed;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-      *(int *)data = known && a->type == CU_MEMORYTYPE_DEVICE && standin_env_int("CCLKIT_CUDA_STANDIN_GDR", 0, 0, 1);
+      *(int *)data = known && a->type == CU_MEMORYTYPE_DEVICE && !a->managed && standin_env_int("CCLKIT_CUDA_STANDIN_GDR", 0, 0, 1);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
       *(unsigned long long *)data = known ? a->id : 0;
@@ -280,7 +303,7 @@ static CUresult copy(const char *name, uintptr_t dst, int dst_dev, uintptr_t src
   CU_TRACE("%s(dst=%p, src=%p, %zu)", name, (void *)dst, (void *)src, n);
   CHECK_INIT();
   if (n == 0) return CUDA_SUCCESS;
-  if ((dst_dev && !inside(dst, n)) || (src_dev && !inside(src, n)) || !dst || !src)
+  if ((dst_dev && !standin_inside(dst, n)) || (src_dev && !standin_inside(src, n)) || !dst || !src)
     return CUDA_ERROR_INVALID_VALUE;
   memmove((void *)dst, (const void *)src, n);
   return CUDA_SUCCESS;
@@ -321,7 +344,7 @@ STANDIN_API CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) { retu
 STANDIN_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n) {
   CU_TRACE("cuMemsetD8_v2(%p, %u, %zu)", (void *)(uintptr_t)dst, value, n);
   CHECK_INIT();
-  if (n && !inside((uintptr_t)dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (n && !standin_inside((uintptr_t)dst, n)) return CUDA_ERROR_INVALID_VALUE;
   memset((void *)(uintptr_t)dst, value, n);
   return CUDA_SUCCESS;
 }
@@ -334,7 +357,7 @@ STANDIN_API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, C
 STANDIN_API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n) {
   CU_TRACE("cuMemsetD32_v2(%p, %u, %zu)", (void *)(uintptr_t)dst, value, n);
   CHECK_INIT();
-  if (dst % 4 || (n && (n > SIZE_MAX / 4 || !inside((uintptr_t)dst, n * 4)))) return CUDA_ERROR_INVALID_VALUE;
+  if (dst % 4 || (n && (n > SIZE_MAX / 4 || !standin_inside((uintptr_t)dst, n * 4)))) return CUDA_ERROR_INVALID_VALUE;
   unsigned int *p = (unsigned int *)(uintptr_t)dst;
   for (size_t i = 0; i < n; i++) p[i] = value;
   return CUDA_SUCCESS;

@@ -118,15 +118,17 @@ STANDIN_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a
   if (!a) return rt_result(cudaErrorInvalidValue);
   RT_DRIVER(d);
   unsigned int type = 0;
-  int ordinal = -2;
-  int attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-  void *data[2] = {&type, &ordinal};
-  cudaError_t e = RT_CALL(d->PointerGetAttributes(2, attrs, data, (CUdeviceptr)(uintptr_t)p));
+  int ordinal = -2, managed = 0;
+  int attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                  CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void *data[3] = {&type, &ordinal, &managed};
+  cudaError_t e = RT_CALL(d->PointerGetAttributes(3, attrs, data, (CUdeviceptr)(uintptr_t)p));
   if (e != cudaSuccess) return e;
-  a->type = (int)type; /* CU_MEMORYTYPE_HOST/DEVICE are cudaMemoryTypeHost/Device */
+  /* CU_MEMORYTYPE_HOST/DEVICE are cudaMemoryTypeHost/Device; managed memory is 3. */
+  a->type = managed ? 3 : (int)type;
   a->device = type ? ordinal : -2;
   a->devicePointer = type ? (void *)p : NULL;
-  a->hostPointer = type == CU_MEMORYTYPE_DEVICE ? NULL : (void *)p;
+  a->hostPointer = type == CU_MEMORYTYPE_DEVICE && !managed ? NULL : (void *)p;
   return cudaSuccess;
 }
 

@@ -38,6 +38,8 @@ enum {
   CUDA_ERROR_INVALID_HANDLE = 400,
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+  CUDA_ERROR_MISALIGNED_ADDRESS = 716,
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_UNKNOWN = 999,
 };
@@ -70,6 +72,7 @@ typedef struct {
   int device;   /* ordinal of the device it belongs to */
   int type;     /* CU_MEMORYTYPE_DEVICE or CU_MEMORYTYPE_HOST */
   int owned;    /* 1: the stand-in allocated it (free it); 0: registered host memory */
+  int managed;  /* cuMemAllocManaged memory (type DEVICE, also a host address) */
   uint64_t id;  /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
 } standin_alloc;
 
@@ -94,6 +97,15 @@ STANDIN_HIDDEN CUcontext standin_primary_ctx(int dev);
 
 /* memory.c */
 STANDIN_HIDDEN int standin_lookup(uintptr_t p, standin_alloc *out);
+/* [p, p+n) lies inside one recorded allocation or registration (n may be 0). */
+STANDIN_HIDDEN int standin_inside(uintptr_t p, size_t n);
+
+/* streams.c: NULL, the two default-stream handles, or a live stream. */
+STANDIN_HIDDEN int standin_valid_stream(CUstream s);
+
+/* kernels/cuda/emulator.cpp: cclkit's own kernels compiled for the host (module.c). */
+STANDIN_HIDDEN int cclkit_emul_launch(const char *entry, unsigned long long threads, void **params);
+STANDIN_HIDDEN int cclkit_emul_signature(const char *entry, int *nparams, unsigned long long *elem_size);
 
 /* procaddr.c: the driver function of an entry-point name, or NULL. */
 STANDIN_HIDDEN void *standin_proc(const char *symbol);

@@ -24,7 +24,7 @@ struct standin_event {
 
 /* NULL is the legacy default stream; the two special handles 0x1/0x2 are the
  * legacy and per-thread default streams of cuda.h. */
-static int valid_stream(CUstream s) {
+int standin_valid_stream(CUstream s) {
   return s == NULL || (uintptr_t)s == 1 || (uintptr_t)s == 2 || s->magic == STREAM_MAGIC;
 }
 
@@ -62,13 +62,13 @@ STANDIN_API CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s);
 STANDIN_API CUresult cuStreamSynchronize(CUstream s) {
   CU_TRACE("cuStreamSynchronize(%p)", (void *)s);
   CHECK_INIT();
-  return valid_stream(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return standin_valid_stream(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 STANDIN_API CUresult cuStreamQuery(CUstream s) {
   CU_TRACE("cuStreamQuery(%p)", (void *)s);
   CHECK_INIT();
-  return valid_stream(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return standin_valid_stream(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static int valid_event(CUevent e) { return e && e->magic == EVENT_MAGIC; }
@@ -76,7 +76,7 @@ static int valid_event(CUevent e) { return e && e->magic == EVENT_MAGIC; }
 STANDIN_API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   CU_TRACE("cuStreamWaitEvent(%p, %p, flags=%u)", (void *)s, (void *)e, flags);
   CHECK_INIT();
-  return valid_stream(s) && valid_event(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return standin_valid_stream(s) && valid_event(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 STANDIN_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
@@ -104,7 +104,7 @@ STANDIN_API CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
 STANDIN_API CUresult cuEventRecord(CUevent e, CUstream s) {
   CU_TRACE("cuEventRecord(%p, %p)", (void *)e, (void *)s);
   CHECK_INIT();
-  if (!valid_event(e) || !valid_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!valid_event(e) || !standin_valid_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   e->ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
@@ -157,7 +157,7 @@ STANDIN_API CUresult cuStreamIsCapturing(CUstream s, int *status) {
   CU_TRACE("cuStreamIsCapturing(%p)", (void *)s);
   CHECK_INIT();
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!standin_valid_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
   *status = 0;
   return CUDA_SUCCESS;
 }

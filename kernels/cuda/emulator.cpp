@@ -7,7 +7,9 @@
 // runtime's device path can be exercised end to end (CCLKIT_CUDA_EMULATE=1).
 //
 // cclkit_emul_launch takes its arguments exactly as cuLaunchKernel does: an
-// array of pointers to each parameter value.
+// array of pointers to each parameter value. cclkit_emul_signature describes an
+// entry's parameters, so a caller (the CUDA stand-in, kernels/cuda-standin/
+// module.c) can check a PTX module and each launch's buffers against them.
 #include "cclkit_loops.h"
 
 static int name_eq(const char* a, const char* b) {
@@ -49,6 +51,34 @@ extern "C" int cclkit_emul_launch(const char* entry, u64 threads, void** params)
     const u8* s = *(const u8**)params[1];
     u64 n = *(const u64*)params[2];
     for (u64 t = 0; t < threads; t++) copy_loop(t, threads, d, s, n);
+    return 0;
+  }
+  return -1;
+}
+
+#define CCLKIT_SIG_BINARY(OP, NAME, T)                                         \
+  if (name_eq(entry, "cclkit_" #OP "_" #NAME)) {                               \
+    *nparams = 5;                                                              \
+    *elem_size = sizeof(T);                                                    \
+    return 0;                                                                  \
+  }
+#define CCLKIT_SIG_UNARY(OP, NAME, T)                                          \
+  if (name_eq(entry, "cclkit_" #OP "_" #NAME)) {                               \
+    *nparams = 4;                                                              \
+    *elem_size = sizeof(T);                                                    \
+    return 0;                                                                  \
+  }
+
+// The shape of entry point `entry`: its parameter count (every parameter is 8
+// bytes: pointers, then the element count n, then `arg` for the reductions;
+// binary 5: dst, a, b, n, arg; unary 4: dst, src, n, arg; copy 3: dst, src,
+// n in bytes) and its element size. Returns 0, or -1 when no entry has that name.
+extern "C" int cclkit_emul_signature(const char* entry, int* nparams, u64* elem_size) {
+  CCLKIT_BINARY_ENTRIES(CCLKIT_SIG_BINARY)
+  CCLKIT_UNARY_ENTRIES(CCLKIT_SIG_UNARY)
+  if (name_eq(entry, "cclkit_copy")) {
+    *nparams = 3;
+    *elem_size = 1;
     return 0;
   }
   return -1;

@@ -405,7 +405,7 @@ fn the_stand_in_answers_as_documented() {
     // Called twice, reported once, by name, with the error it returns.
     assert_eq!(
         stderr
-            .matches("cuLaunchKernel is not implemented by the stand-in: returning CUDA_ERROR_NOT_SUPPORTED (801)")
+            .matches("cuLaunchCooperativeKernel is not implemented by the stand-in: returning CUDA_ERROR_NOT_SUPPORTED (801)")
             .count(),
         1,
         "{stderr}"
