@@ -335,6 +335,9 @@ typedef int32_t ncclProtocol_t;
 // `ncclProfileSocket`: the one socket event type (descriptor `type`).
 #define NCCL_PROFILE_SOCKET 1
 
+// `NCCL_ALGO_DIRECT_A2A`: RCCL's eighth algorithm (index 7), only in 8-algorithm builds.
+#define RCCL_ALGO_DIRECT_A2A 7
+
 // `NCCL_NUM_COMPCAPS_V7`: Volta, Ampere, Hopper, Blackwell and one newer generation.
 #define NCCL_NUM_COMPCAPS_V7 5
 

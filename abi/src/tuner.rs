@@ -1,7 +1,7 @@
 //! The `Tuner` trait plugin authors implement, and a safe view of NCCL's cost table.
 //!
 //! One `impl Tuner` plus [`export_tuner!`](crate::export_tuner) publishes
-//! `ncclTunerPlugin_v1` … `_v6`. One tuner value exists per communicator (v5+ pass
+//! `ncclTunerPlugin_v1` … `_v7`. One tuner value exists per communicator (v5+ pass
 //! the communicator id), never a process-wide singleton; v1 hosts get one global
 //! instance because that ABI has no context.
 
@@ -9,7 +9,9 @@ use std::ffi::CStr;
 
 use crate::error::Result;
 use crate::raw::common::{Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, Protocol};
-use crate::raw::tuner::{ncclNvlDomainInfo_v5_t, ncclTunerConstants_v5_t};
+use crate::raw::tuner::ncclNvlDomainInfo_v5_t;
+
+pub use crate::export::tuner::view::{BwTableKind, Constants, ConstantsLayout};
 
 /// NCCL 2.30's default model constants (see [`crate::raw::tuner::defaults`]): what a
 /// host passes a v5/v6 `init`, and what a tuner should assume when its host passes none.
@@ -27,8 +29,9 @@ pub struct TunerInit<'a> {
     pub n_nodes: usize,
     /// NVLink-domain layout, v5+.
     pub nvl_domains: Option<ncclNvlDomainInfo_v5_t>,
-    /// NCCL's model constants, v5+: the tuner may rewrite them; NCCL re-reads them.
-    pub constants: Option<&'a mut ncclTunerConstants_v5_t>,
+    /// The host's model constants, v5+, in the host's own layout (NCCL, NCCL v7 or
+    /// RCCL): the tuner may rewrite them through the view; the host re-reads them.
+    pub constants: Option<Constants<'a>>,
 }
 
 /// One `getCollInfo` question.
@@ -68,7 +71,7 @@ impl<'a> CostTable<'a> {
         })
     }
 
-    /// Algorithms in the table (7 today, 6 in NCCL 2.19–2.22).
+    /// Algorithms in the table (7 today, 6 in NCCL 2.19–2.22, 8 in current RCCL).
     #[inline]
     pub fn num_algo(&self) -> usize {
         self.num_algo

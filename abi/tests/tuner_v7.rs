@@ -1,14 +1,17 @@
 //! `ncclTunerPlugin_v7` from `export_tuner!`: the v6 slots with NCCL's 1272-byte v7
-//! constants. The tuner sees the v5 view NCCL itself converts to; its writes land at
-//! the v7 offsets, the fifth GPU-generation row and the bytes around the struct stay
-//! as the host left them.
+//! constants. The tuner sees a view of the v7 struct itself: its writes land at the
+//! v7 offsets (the fifth GPU-generation row included), everything else and the bytes
+//! around the struct stay as the host left them.
 
 use std::ffi::{CStr, c_void};
 
 use cclkit_abi::error::Result;
+use cclkit_abi::raw::common::{Algorithm, Protocol};
 use cclkit_abi::raw::common::{Func, NcclResult};
 use cclkit_abi::raw::tuner::{ncclNvlDomainInfo_v7_t, ncclTunerConstants_v7_t};
-use cclkit_abi::tuner::{CollInfo, CostTable, Tuner, TunerInit};
+use cclkit_abi::tuner::{
+    BwTableKind as Bw, CollInfo, ConstantsLayout, CostTable, Tuner, TunerInit,
+};
 
 /// Seeds the values this test writes, so a tuner and its checker agree.
 const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -26,13 +29,25 @@ impl Tuner for Rewriter {
     const NAME: &'static CStr = c"v7-rewriter";
 
     fn init(args: TunerInit<'_>) -> Result<Self> {
-        let c = args.constants.expect("a v7 host passes constants");
+        let mut c = args.constants.expect("a v7 host passes constants");
         assert_eq!(args.host_abi, 7);
+        assert_eq!(c.layout(), ConstantsLayout::NcclV7);
         // Read what the host put in Blackwell's row: it must be the v7 row 3.
-        assert_eq!(c.perChMaxTreeBws[3][2], value(100));
-        c.llMaxBws[3][1] = value(1);
-        c.perChMaxNVLSTreeBws[2][0] = value(2);
-        c.hwLatencies[2][6][2] = value(3);
+        assert_eq!(c.bw(Bw::Tree, 3, 2), Some(value(100)));
+        assert_eq!(c.bw(Bw::Tree, 4, 1), Some(value(210)));
+        assert_eq!(c.bw(Bw::Tree, 5, 0), None, "no sixth generation");
+        assert!(c.set_bw(Bw::LlMax, 3, 1, value(1)));
+        assert!(c.set_bw(Bw::NvlsTree, 2, 0, value(2)));
+        assert!(c.set_hw_latency(2, Algorithm::PAT, Protocol::SIMPLE, value(3)));
+        assert!(c.set_bw(Bw::RingLl128, 4, 2, value(4)));
+        assert!(
+            !c.set_bw_ratio(0, Algorithm::RING, Protocol::LL, 1.0),
+            "NCCL has no bwRatio"
+        );
+        assert!(
+            !c.set_base_latency(Algorithm(7), Protocol::LL, 1.0),
+            "no eighth algorithm"
+        );
         Ok(Self)
     }
 
@@ -105,6 +120,7 @@ fn v7_init_writes_land_at_v7_offsets_and_keep_the_fifth_row() {
     expect.llMaxBws[3][1] = value(1);
     expect.perChMaxNVLSTreeBws[2][0] = value(2);
     expect.hwLatencies[2][6][2] = value(3);
+    expect.perChMaxRingLL128Bws[4][2] = value(4);
     assert_eq!(g.c, expect);
     assert_eq!(g.before, [0xa5; 64]);
     assert_eq!(g.after, [0x5a; 64]);

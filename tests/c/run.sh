@@ -21,6 +21,13 @@ ASAN_OPTIONS=detect_leaks=0 "$out/load_plugin" "$lib_dir/libnccl-net-template.so
 ASAN_OPTIONS=detect_leaks=0 "$out/load_plugin" "$lib_dir/libnccl-net-cclkit-socket.so" \
   "$lib_dir/libnccl-tuner-template.so"
 echo "ok   C host drives packaged plugins (template net and tuner, cclkit-socket)"
+# Every tuner-constants layout (NCCL 1152, v7 1272, RCCL 1488 and 1632) with canaries:
+# the cclkit model tuner's decisions must follow the value in the layout's own field.
+[ -f "$lib_dir/libnccl-tuner-cclkit.so" ] || { echo "missing $lib_dir/libnccl-tuner-cclkit.so" >&2; exit 1; }
+gcc "${flags[@]}" -g -fsanitize=address,undefined "$here/tuner_layouts.c" -ldl -o "$out/tuner_layouts"
+ASAN_OPTIONS=detect_leaks=0 "$out/tuner_layouts" "$lib_dir/libnccl-tuner-cclkit.so"
+ASAN_OPTIONS=detect_leaks=0 "$out/tuner_layouts" "$lib_dir/libnccl-tuner-template.so" canaries
+echo "ok   C hosts pass every tuner-constants layout (NCCL 1152, v7 1272, RCCL 1488/1632)"
 # The benchmark baselines compile warning-free; the raw-TCP floor probe runs briefly
 # and prints one timing per connection model.
 gcc -O2 -Wall -Wextra -Werror "$root/core/cli/perf/tcp_exchange.c" -o "$out/tcp_exchange"

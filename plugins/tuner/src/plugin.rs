@@ -111,12 +111,8 @@ impl CclkitTuner {
             Rules::Bad => (RuleSet::default(), None, Mode::Model),
         };
         let params = LinkParams::with(&rules.model.overridden_by(&settings.model));
-        let model = Model::new(
-            args.n_ranks,
-            args.n_nodes,
-            &params,
-            args.constants.as_deref(),
-        );
+        let constants = args.constants.as_ref().map(|c| c.to_nccl());
+        let model = Model::new(args.n_ranks, args.n_nodes, &params, constants.as_ref());
         let engine = Engine::new(&rules, args.n_ranks, args.n_nodes, mode, Some(model));
         let from = file.map_or_else(String::new, |f| {
             format!(

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::net::{CommConfig, InitArgs, Net};
 use crate::profiler::net::NetProfiler;
 
+pub mod channel;
 mod handle;
 mod ops;
 mod props;

@@ -5,7 +5,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::{NetExport, ops, props};
+use super::{NetExport, channel, ops, props};
 use crate::error::Error;
 use crate::export::guard::guard;
 use crate::log::set_logger;
@@ -163,11 +163,14 @@ pub(crate) unsafe extern "C" fn connect_v7<T: NetExport>(
     dev: c_int,
     handle: *mut c_void,
     sc: *mut *mut c_void,
-    _dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+    dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> NcclResult {
-    // SAFETY: as above; host-memory plugins leave the device handle untouched.
+    // SAFETY: as above; host-memory plugins leave the device handle untouched (under
+    // RCCL it carries the channel id, read only).
     guard("ncclNet.connect", || unsafe {
-        ops::connect::<T>(ops::Ctx::Legacy, dev, handle, sc)
+        channel::with_channel(dev_comm.cast(), || {
+            ops::connect::<T>(ops::Ctx::Legacy, dev, handle, sc)
+        })
     })
 }
 
@@ -176,12 +179,12 @@ pub(crate) unsafe extern "C" fn connect_v10<T: NetExport>(
     config: *mut ncclNetCommConfig_v10_t,
     handle: *mut c_void,
     sc: *mut *mut c_void,
-    _dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+    dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> NcclResult {
     let ctx = ops::Ctx::Config(ops::config_from(config));
     // SAFETY: as above.
     guard("ncclNet.connect", || unsafe {
-        ops::connect::<T>(ctx, dev, handle, sc)
+        channel::with_channel(dev_comm.cast(), || ops::connect::<T>(ctx, dev, handle, sc))
     })
 }
 
@@ -190,11 +193,13 @@ pub(crate) unsafe extern "C" fn connect_v11<T: NetExport>(
     dev: c_int,
     handle: *mut c_void,
     sc: *mut *mut c_void,
-    _dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+    dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> NcclResult {
     // SAFETY: as above; ctx is the one from init.
     guard("ncclNet.connect", || unsafe {
-        ops::connect::<T>(ops::Ctx::Raw(ctx), dev, handle, sc)
+        channel::with_channel(dev_comm.cast(), || {
+            ops::connect::<T>(ops::Ctx::Raw(ctx), dev, handle, sc)
+        })
     })
 }
 
@@ -209,10 +214,12 @@ pub(crate) unsafe extern "C" fn accept_v6<T: NetExport>(
 pub(crate) unsafe extern "C" fn accept_v7<T: NetExport>(
     lc: *mut c_void,
     rc: *mut *mut c_void,
-    _dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
+    dev_comm: *mut *mut ncclNetDeviceHandle_v7_t,
 ) -> NcclResult {
     // SAFETY: as above.
-    guard("ncclNet.accept", || unsafe { ops::accept::<T>(lc, rc) })
+    guard("ncclNet.accept", || unsafe {
+        channel::with_channel(dev_comm.cast(), || ops::accept::<T>(lc, rc))
+    })
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_v6<T: NetExport>(

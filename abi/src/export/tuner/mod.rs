@@ -1,16 +1,20 @@
 //! Tuner export: `ncclTunerPlugin_v1` … `_v7` from one [`Tuner`] implementation.
 //!
 //! The adapters do what NCCL's shims do in reverse: v2–v4 `init` takes the context
-//! out-pointer last and v5–v7 first; v7's wider constants reach the tuner as the v5
-//! view NCCL itself converts to (the fifth generation row is kept as the host gave it); v1/v2 return an algorithm/protocol instead of
-//! editing a table, so they get a synthesised table (see [`ops::choose_legacy`]).
+//! out-pointer last and v5–v7 first; the constants reach the tuner as a
+//! [`view::Constants`] over exactly the struct the host allocated (NCCL 1152 bytes,
+//! v7 1272, RCCL 1488/1632; [`host`] says how the layout is chosen); v1/v2 return an
+//! algorithm/protocol instead of editing a table, so they get a synthesised table
+//! (see [`ops::choose_legacy`]).
 
 use std::sync::Mutex;
 
 use crate::tuner::Tuner;
 
+pub mod host;
 mod ops;
 pub mod tables;
+pub mod view;
 
 /// Connects a `Tuner` type to its process-wide state; implemented by `export_tuner!`.
 pub trait TunerExport: Tuner {

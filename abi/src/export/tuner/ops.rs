@@ -4,11 +4,12 @@
 use std::ffi::{c_int, c_void};
 
 use super::TunerExport;
+use super::view::Constants;
 use crate::error::{Error, Result};
 use crate::raw::common::{
     Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, Protocol,
 };
-use crate::raw::tuner::{ncclNvlDomainInfo_v5_t, ncclTunerConstants_v5_t};
+use crate::raw::tuner::ncclNvlDomainInfo_v5_t;
 use crate::tuner::{CollInfo, CostTable, Tuner, TunerInit};
 
 const TUNER_TAG: u64 = u64::from_be_bytes(*b"cclk-tun");
@@ -19,6 +20,10 @@ const DEAD_TAG: u64 = u64::from_be_bytes(*b"cclk-dea");
 struct TunerBox<T> {
     tag: u64,
     tuner: T,
+    /// Algorithms of the constants layout assumed at `init` (0: no constants), and
+    /// whether a `getCollInfo` contradicting it was already reported.
+    layout_algos: usize,
+    layout_warned: std::sync::atomic::AtomicBool,
 }
 
 /// Largest table dimensions accepted (NCCL uses 7 × 3).
@@ -26,7 +31,7 @@ const MAX_ALGO: c_int = 32;
 const MAX_PROTO: c_int = 8;
 
 /// # Safety
-/// `ctx` must be NULL or writable; `nvl`/`constants` NULL or valid for the call.
+/// `ctx` must be NULL or writable; `nvl` NULL or valid for the call.
 pub(crate) unsafe fn init<T: TunerExport>(
     host_abi: u32,
     ctx: *mut *mut c_void,
@@ -34,7 +39,7 @@ pub(crate) unsafe fn init<T: TunerExport>(
     n_ranks: usize,
     n_nodes: usize,
     nvl: *mut ncclNvlDomainInfo_v5_t,
-    constants: *mut ncclTunerConstants_v5_t,
+    constants: Option<Constants<'_>>,
 ) -> Result<()> {
     if ctx.is_null() {
         return Err(Error::invalid_argument(
@@ -48,9 +53,14 @@ pub(crate) unsafe fn init<T: TunerExport>(
         n_nodes,
         // SAFETY: NCCL passes NULL or its comm's NVL info.
         nvl_domains: (!nvl.is_null()).then(|| unsafe { nvl.read() }),
-        // SAFETY: NCCL passes NULL or its comm's 1152-byte constants, live for the call.
-        constants: unsafe { constants.as_mut() },
+        constants,
     };
+    let layout_algos = args
+        .constants
+        .as_ref()
+        .map(|c| c.layout())
+        .filter(|l| *l != super::view::ConstantsLayout::RcclUnknown)
+        .map_or(0, super::view::ConstantsLayout::num_algo);
     let tuner = T::init(args)?;
     // SAFETY: checked non-NULL.
     unsafe {
@@ -58,6 +68,8 @@ pub(crate) unsafe fn init<T: TunerExport>(
             Box::into_raw(Box::new(TunerBox {
                 tag: TUNER_TAG,
                 tuner,
+                layout_algos,
+                layout_warned: std::sync::atomic::AtomicBool::new(false),
             }))
             .cast(),
         )
@@ -68,6 +80,13 @@ pub(crate) unsafe fn init<T: TunerExport>(
 /// # Safety
 /// `ctx` must be NULL or a live context of this plugin.
 unsafe fn tuner<'a, T>(ctx: *mut c_void) -> Result<&'a T> {
+    // SAFETY: forwarded contract.
+    Ok(&unsafe { tuner_box::<T>(ctx)? }.tuner)
+}
+
+/// # Safety
+/// As [`tuner`].
+unsafe fn tuner_box<'a, T>(ctx: *mut c_void) -> Result<&'a TunerBox<T>> {
     if ctx.is_null() {
         return Err(Error::invalid_argument("tuner context is NULL"));
     }
@@ -78,7 +97,7 @@ unsafe fn tuner<'a, T>(ctx: *mut c_void) -> Result<&'a T> {
         )));
     }
     // SAFETY: the tag identifies a TunerBox<T> from `init`.
-    Ok(&unsafe { &*ctx.cast::<TunerBox<T>>() }.tuner)
+    Ok(unsafe { &*ctx.cast::<TunerBox<T>>() })
 }
 
 /// # Safety
@@ -110,7 +129,22 @@ pub(crate) unsafe fn get_coll_info<T: TunerExport>(
     n_channels: *mut c_int,
 ) -> Result<()> {
     // SAFETY: forwarded contract.
-    let t = unsafe { tuner::<T>(ctx)? };
+    let b = unsafe { tuner_box::<T>(ctx)? };
+    let t = &b.tuner;
+    if b.layout_algos != 0
+        && usize::try_from(num_algo).ok() != Some(b.layout_algos)
+        && !b
+            .layout_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        // The host's table says how many algorithms it has; the constants layout
+        // assumed at `init` had another count, so they were read at wrong offsets.
+        crate::nccl_warn!(
+            "cclkit tuner: the host passes {num_algo} algorithms but init assumed a \
+             {}-algorithm constants layout; set CCLKIT_FLAVOR / CCLKIT_RCCL_NUM_ALGO",
+            b.layout_algos
+        );
+    }
     if table.is_null() || n_channels.is_null() {
         return Err(Error::invalid_argument(
             "getCollInfo: cost table or nChannels is NULL",

@@ -2,7 +2,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::{TunerExport, ops};
+use super::view::{Constants, ConstantsLayout};
+use super::{TunerExport, host, ops};
 use crate::export::guard::guard;
 use crate::log::set_logger;
 use crate::raw::common::{Func, NcclResult, ncclDebugLogger_t};
@@ -48,19 +49,12 @@ unsafe extern "C" fn init_v2<T: TunerExport, const V: u32>(
     set_logger(log);
     // SAFETY: NCCL passes a writable context out-pointer.
     guard("ncclTuner.init", || unsafe {
-        ops::init::<T>(
-            V,
-            ctx,
-            None,
-            n_ranks,
-            n_nodes,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
+        ops::init::<T>(V, ctx, None, n_ranks, n_nodes, std::ptr::null_mut(), None)
     })
 }
 
-/// v5/v6 `init`: context out-pointer first.
+/// v5/v6 `init`: context out-pointer first. NCCL passes its 1152-byte constants,
+/// RCCL its wider struct (see [`host`] for how the two are told apart).
 unsafe extern "C" fn init_v5<T: TunerExport, const V: u32>(
     ctx: *mut *mut c_void,
     comm_id: u64,
@@ -71,15 +65,24 @@ unsafe extern "C" fn init_v5<T: TunerExport, const V: u32>(
     constants: *mut ncclTunerConstants_v5_t,
 ) -> NcclResult {
     set_logger(log);
-    // SAFETY: NCCL passes a writable context out-pointer and its comm's structs.
-    guard("ncclTuner.init", || unsafe {
-        ops::init::<T>(V, ctx, Some(comm_id), n_ranks, n_nodes, nvl, constants)
+    guard("ncclTuner.init", || {
+        let layout = host::v5_layout();
+        if layout == ConstantsLayout::RcclUnknown && !constants.is_null() {
+            crate::nccl_warn!(
+                "cclkit tuner: RCCL host of unknown algorithm count; only base latencies of \
+                 the tuning constants are reachable (set CCLKIT_RCCL_NUM_ALGO=7 or 8)"
+            );
+        }
+        // SAFETY: the host passes NULL or its comm's constants in `layout`, live and
+        // exclusively ours for the call; a writable context out-pointer and NVL info.
+        unsafe {
+            let view = Constants::from_raw(constants.cast(), layout);
+            ops::init::<T>(V, ctx, Some(comm_id), n_ranks, n_nodes, nvl, view)
+        }
     })
 }
 
-/// v7 `init`: as v5 with the wider constants. The tuner sees the v5 view NCCL itself
-/// converts to (`ncclTunerConstants_v7_to_v5`); what it writes is copied back, and the
-/// fifth generation row keeps the host's values.
+/// v7 `init`: as v5 with NCCL's v7 constants (1272 bytes; RCCL has no v7).
 unsafe extern "C" fn init_v7<T: TunerExport>(
     ctx: *mut *mut c_void,
     comm_id: u64,
@@ -93,21 +96,8 @@ unsafe extern "C" fn init_v7<T: TunerExport>(
     // SAFETY: NCCL passes a writable context out-pointer, and NULL or its comm's
     // 1272-byte v7 constants, live and exclusively ours for the call.
     guard("ncclTuner.init", || unsafe {
-        let Some(wide) = constants.as_mut() else {
-            return ops::init::<T>(
-                7,
-                ctx,
-                Some(comm_id),
-                n_ranks,
-                n_nodes,
-                nvl,
-                std::ptr::null_mut(),
-            );
-        };
-        let mut v5 = wide.to_v5();
-        let r = ops::init::<T>(7, ctx, Some(comm_id), n_ranks, n_nodes, nvl, &mut v5);
-        wide.update_from_v5(&v5);
-        r
+        let view = Constants::from_raw(constants.cast(), ConstantsLayout::NcclV7);
+        ops::init::<T>(7, ctx, Some(comm_id), n_ranks, n_nodes, nvl, view)
     })
 }
 

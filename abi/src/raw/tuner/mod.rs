@@ -2,6 +2,7 @@
 //!
 //! * [`constants`]: the model constants and NVLink-domain info a v5/v6 `init` receives.
 //! * [`defaults`]: NCCL 2.30's own values for those constants.
+//! * [`rccl`]: RCCL's wider constants (7 or 8 algorithms plus `bwRatio`).
 //! * `v1` … `v7`: one function table per version (v7 also holds its wider constants); the argument types they share
 //!   (`init`, `getCollInfo`, `finalize`) are declared here.
 //!
@@ -16,6 +17,7 @@ use super::table_is_sync;
 
 pub mod constants;
 pub mod defaults;
+pub mod rccl;
 mod v1;
 mod v2;
 mod v3;
@@ -30,6 +32,9 @@ pub use constants::{
     ncclNvlDomainInfo_v6_t, ncclTunerConstants_v5_t, ncclTunerConstants_v6_t,
 };
 pub use defaults::NCCL_DEFAULT_CONSTANTS;
+pub use rccl::{
+    RCCL_ALGO_DIRECT_A2A, rcclTunerConstants_a7_t, rcclTunerConstants_a8_t, rcclTunerConstants_v5_t,
+};
 pub use v1::ncclTuner_v1_t;
 pub use v2::ncclTuner_v2_t;
 pub use v3::ncclTuner_v3_t;

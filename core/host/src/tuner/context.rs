@@ -6,11 +6,15 @@ use cclkit_abi::raw::common::{
     Algorithm, Func, NCCL_ALGO_PROTO_IGNORE, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, Protocol,
 };
 
+use super::layout::{ConstantsLayout, with_rccl};
 use super::table::TunerRef;
 use super::{NvlDomainInfo, TunerConstants, TunerError, TunerPlugin};
 use crate::guard::guarded;
 use crate::logger;
 use cclkit_abi::raw::tuner::ncclTunerConstants_v7_t;
+
+/// Algorithms in current RCCL's cost table (`DIRECT_A2A` is the eighth).
+const RCCL_ALGOS: usize = 8;
 
 /// Entries in NCCL's cost table (`NCCL_NUM_ALGORITHMS × NCCL_NUM_PROTOCOLS`).
 pub const COST_TABLE_LEN: usize = NCCL_NUM_ALGORITHMS * NCCL_NUM_PROTOCOLS;
@@ -25,6 +29,7 @@ pub struct TunerContext {
     plugin: TunerPlugin,
     ctx: *mut c_void,
     finalized: bool,
+    layout: ConstantsLayout,
 }
 
 // SAFETY: `ctx` is an opaque plugin value; NCCL calls a tuner context from the thread
@@ -40,6 +45,7 @@ impl TunerContext {
         comm_id: u64,
         nvl: NvlDomainInfo,
         constants: &mut TunerConstants,
+        layout: ConstantsLayout,
     ) -> Result<Self, TunerError> {
         let s = &plugin.shared;
         let mut ctx: *mut c_void = std::ptr::null_mut();
@@ -64,7 +70,7 @@ impl TunerContext {
                 t.init,
                 (n_ranks, n_nodes, comm_id),
                 nvl,
-                constants,
+                (constants, layout),
                 &mut ctx,
                 mark,
             )?,
@@ -73,7 +79,7 @@ impl TunerContext {
                 t.init,
                 (n_ranks, n_nodes, comm_id),
                 nvl,
-                constants,
+                (constants, layout),
                 &mut ctx,
                 mark,
             )?,
@@ -87,11 +93,22 @@ impl TunerContext {
                 mark,
             )?,
         }
+        // v7 is NCCL's: its constants and table are NCCL-shaped whatever the flavour.
+        let layout = match s.raw.version() {
+            7 => ConstantsLayout::NcclV7,
+            _ => layout,
+        };
         Ok(Self {
             plugin,
             ctx,
             finalized: false,
+            layout,
         })
+    }
+
+    /// The constants layout and cost-table shape this context was given.
+    pub fn layout(&self) -> ConstantsLayout {
+        self.layout
     }
 
     /// The plugin this context belongs to.
@@ -115,21 +132,17 @@ impl TunerContext {
         n_channels: &mut i32,
     ) -> Result<(), TunerError> {
         let s = &self.plugin.shared;
-        let (ctx, na, np) = (
-            self.ctx,
-            NCCL_NUM_ALGORITHMS as c_int,
-            NCCL_NUM_PROTOCOLS as c_int,
-        );
+        let (ctx, np) = (self.ctx, NCCL_NUM_PROTOCOLS as c_int);
         let before = *table;
         let mut nch: c_int = *n_channels;
         let mark = logger::warn_mark();
-        // SAFETY: `[f32; 21]` accepts any bit pattern. Inside, each arm calls the
-        // table's `getCollInfo` with NCCL's argument shapes: the flat table's address
-        // cast to `float**` (as NCCL passes it), valid out-pointers, this context.
-        let (after, rc, overrun) = unsafe {
-            guarded(table, |tp: *mut CostTable| {
-                let flat = tp.cast::<f32>();
-                let as_pp = flat.cast::<*mut f32>();
+        // Each arm calls the table's `getCollInfo` with NCCL's argument shapes: the flat
+        // table's address cast to `float**` (as NCCL passes it), valid out-pointers,
+        // this context; `na` is the host's algorithm count.
+        let mut call = |flat: *mut f32, na: c_int| {
+            let as_pp = flat.cast::<*mut f32>();
+            // SAFETY: `flat` holds `na * 3` floats (see the callers below).
+            unsafe {
                 match s.raw.get() {
                     TunerRef::V1(t) => t.getCollInfo.map(|f| {
                         legacy_choice(flat, |coll, nvls, a, p| {
@@ -197,13 +210,37 @@ impl TunerContext {
                         )
                     }),
                 }
-            })
+            }
+        };
+        let na = self.layout.num_algo();
+        let (after, rc, overrun) = if na == RCCL_ALGOS {
+            // RCCL's float[8][3]: cclkit has no DIRECT_A2A, so its row is unsupported.
+            let mut wide = [NCCL_ALGO_PROTO_IGNORE; RCCL_ALGOS * NCCL_NUM_PROTOCOLS];
+            wide[..COST_TABLE_LEN].copy_from_slice(table);
+            // SAFETY: `[f32; 24]` accepts any bit pattern.
+            let (w, rc, o) =
+                unsafe { guarded(&wide, |tp: *mut [f32; 24]| call(tp.cast(), na as c_int)) };
+            if w[COST_TABLE_LEN..]
+                .iter()
+                .any(|c| *c != NCCL_ALGO_PROTO_IGNORE)
+            {
+                return Err(s.refuse(
+                    "getCollInfo",
+                    "the tuner enabled DIRECT_A2A, which the host left at -1 (unsupported)",
+                ));
+            }
+            let mut narrow = [0.0; COST_TABLE_LEN];
+            narrow.copy_from_slice(&w[..COST_TABLE_LEN]);
+            (narrow, rc, o)
+        } else {
+            // SAFETY: `[f32; 21]` accepts any bit pattern.
+            unsafe { guarded(table, |tp: *mut CostTable| call(tp.cast(), na as c_int)) }
         };
         let rc = rc.ok_or_else(|| s.refuse("getCollInfo", "NULL getCollInfo"))?;
         if let Some(o) = overrun {
             return Err(s.refuse(
                 "getCollInfo",
-                format!("the tuner {o} (the cost table is float[{NCCL_NUM_ALGORITHMS}][{NCCL_NUM_PROTOCOLS}])"),
+                format!("the tuner {o} (the cost table is float[{na}][{NCCL_NUM_PROTOCOLS}])"),
             ));
         }
         *table = after;
@@ -326,33 +363,46 @@ fn v5_init(
     init: Option<InitV5Fn>,
     (n_ranks, n_nodes, comm_id): (usize, usize, u64),
     nvl: NvlDomainInfo,
-    constants: &mut TunerConstants,
+    (constants, layout): (&mut TunerConstants, ConstantsLayout),
     ctx: &mut *mut c_void,
     mark: u64,
 ) -> Result<(), TunerError> {
     let f = init.ok_or_else(|| s.refuse("init", "NULL init"))?;
     let mut nvl = nvl;
     let log = logger::logger();
-    // SAFETY: the constants struct is 1152 bytes of f64 (any bit pattern is valid).
     // v5/v6 `init(&ctx, commId, nRanks, nNodes, logger, &nvl, constants)` (context
-    // out-pointer first) with valid pointers for the duration of the call.
-    let (value, rc, overrun) = unsafe {
-        guarded(constants, |c| {
-            f(ctx, comm_id, n_ranks, n_nodes, log, &mut nvl, c)
-        })
+    // out-pointer first) with valid pointers for the duration of the call; the
+    // constants struct is the emulated host's, canary-guarded.
+    let mut call = |c: *mut c_void| {
+        // SAFETY: see above; `c` points to the host layout's struct.
+        unsafe { f(ctx, comm_id, n_ranks, n_nodes, log, &mut nvl, c.cast()) }
+    };
+    let (rc, overrun) = match layout {
+        // SAFETY: `call` only hands the pointer to `init`.
+        ConstantsLayout::Rccl7 => unsafe { with_rccl::<7, _>(constants, &mut call) },
+        // SAFETY: as above.
+        ConstantsLayout::Rccl8 => unsafe { with_rccl::<8, _>(constants, &mut call) },
+        _ => {
+            // SAFETY: the constants struct is 1152 bytes of f64 (any bit pattern is valid).
+            let (value, rc, overrun) = unsafe { guarded(constants, |c| call(c.cast())) };
+            if overrun.is_none() {
+                *constants = value;
+            }
+            (rc, overrun)
+        }
     };
     if let Some(o) = overrun {
         return Err(s.refuse(
             "init",
             format!(
-                "the tuner {o} (ncclTunerConstants_v{}_t is 1152 bytes in NCCL core)",
-                s.raw.version()
+                "the tuner {o} (ncclTunerConstants_v{}_t is {} bytes for this host: {})",
+                s.raw.version(),
+                layout.size(),
+                layout.describe()
             ),
         ));
     }
-    s.check("init", mark, rc)?;
-    *constants = value;
-    Ok(())
+    s.check("init", mark, rc)
 }
 
 /// v7 `init`: the host's (v5-shaped) constants widened to NCCL's v7 struct (1272

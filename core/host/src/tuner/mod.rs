@@ -1,8 +1,9 @@
 //! Tuner host adapter: one interface over `ncclTuner_v1_t` … `ncclTuner_v6_t`.
 //!
 //! * `init` gets the right argument order per version (v2–v4: context last; v5/v6:
-//!   context first, plus the communicator id, NVLink-domain info and NCCL's 1152-byte
-//!   model constants, which the tuner may rewrite).
+//!   context first, plus the communicator id, NVLink-domain info and the model
+//!   constants, which the tuner may rewrite: NCCL's 1152 bytes, RCCL's 1632/1488
+//!   under `CCLKIT_FLAVOR=rccl` (see [`layout`]), v7 NCCL's 1272).
 //! * `getCollInfo` always works on NCCL's flat `float[7][3]` cost table; for v1/v2
 //!   tuners, which return an algorithm/protocol instead, the adapter does what NCCL's
 //!   `tuner_v2.cc` shim does (derive CollNet/NVLS support from the table, then set the
@@ -26,6 +27,7 @@ use super::logger;
 use super::symbols::Family;
 
 mod context;
+pub mod layout;
 pub mod table;
 
 /// NVLink-domain information passed to v5+ `init`.
@@ -33,6 +35,7 @@ pub use cclkit_abi::raw::tuner::ncclNvlDomainInfo_v5_t as NvlDomainInfo;
 /// NCCL's tuning-model constants (1152 bytes) passed to v5+ `init`.
 pub use cclkit_abi::raw::tuner::ncclTunerConstants_v5_t as TunerConstants;
 pub use context::{COST_TABLE_LEN, CostTable, TunerContext};
+pub use layout::ConstantsLayout;
 
 use table::RawTuner;
 
@@ -119,7 +122,9 @@ impl TunerPlugin {
     /// Initialises the tuner for one communicator (see [`TunerContext`]).
     ///
     /// `constants` is NCCL's model: the tuner (v5+) may rewrite it, and the new
-    /// values are copied back only if the tuner stayed inside the struct.
+    /// values are copied back only if the tuner stayed inside the struct. The struct
+    /// handed over is the emulated host's ([`layout::host_layout`]: NCCL's, or RCCL's
+    /// under `CCLKIT_FLAVOR=rccl`).
     pub fn init(
         &self,
         n_ranks: usize,
@@ -128,7 +133,36 @@ impl TunerPlugin {
         nvl: NvlDomainInfo,
         constants: &mut TunerConstants,
     ) -> Result<TunerContext, TunerError> {
-        TunerContext::init(self.clone(), n_ranks, n_nodes, comm_id, nvl, constants)
+        self.init_as(
+            layout::host_layout(),
+            n_ranks,
+            n_nodes,
+            comm_id,
+            nvl,
+            constants,
+        )
+    }
+
+    /// As [`init`](Self::init), emulating the host whose constants layout is `layout`
+    /// (`Nccl`, `Rccl7` or `Rccl8`; v7 tuners always get NCCL's v7 struct).
+    pub fn init_as(
+        &self,
+        layout: ConstantsLayout,
+        n_ranks: usize,
+        n_nodes: usize,
+        comm_id: u64,
+        nvl: NvlDomainInfo,
+        constants: &mut TunerConstants,
+    ) -> Result<TunerContext, TunerError> {
+        TunerContext::init(
+            self.clone(),
+            n_ranks,
+            n_nodes,
+            comm_id,
+            nvl,
+            constants,
+            layout,
+        )
     }
 }
 

@@ -196,7 +196,12 @@ pub(crate) struct Found {
 /// Looks for `ncclTunerPlugin_v6` … `_v2`, then `_v1` (tuner.cc; v1 is cclkit's
 /// addition for NCCL 2.19–2.20 tuners).
 pub(crate) fn find(lib: &Library) -> Result<Found, Cause> {
+    // RCCL's loader tries v6 … v2: it has no v7, and never loaded v1.
+    let rccl = super::layout::host_layout().is_rccl();
     for &version in Family::Tuner.accepted() {
+        if rccl && matches!(version, 1 | 7) {
+            continue;
+        }
         let symbol = Family::Tuner.symbol(version);
         let Some(addr) = lib.data_symbol(&symbol) else {
             continue;

@@ -36,6 +36,10 @@ pub struct ShowArgs {
     /// Print the table as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Emulate RCCL's tuner host (as `CCLKIT_FLAVOR=rccl`): RCCL's constants struct
+    /// with `bwRatio` and 8 algorithms (7 with `CCLKIT_RCCL_NUM_ALGO=7`), no v7.
+    #[arg(long)]
+    pub rccl: bool,
 }
 
 /// One cell of the table.
@@ -60,6 +64,8 @@ pub struct Cell {
 pub struct Table {
     /// What decided.
     pub tuner: String,
+    /// The host emulated for v5/v6 tuners (constants layout and cost-table width).
+    pub host: &'static str,
     /// The communicator.
     pub shape: Shape,
     /// The tuner has a v6 `getChunkSize` (chunk sizes are then part of each decision).
@@ -94,6 +100,9 @@ pub fn table(spec: &Spec, shape: &Shape, colls: &[Func], sizes: &[u64]) -> Resul
     }
     Ok(Table {
         tuner: tuner.label.clone(),
+        host: tuner
+            .layout
+            .map_or("none (the built-in model decides)", |l| l.describe()),
         shape: *shape,
         chunk_size: tuner.has_chunk_size,
         fallbacks: tuner.fallbacks(),
@@ -103,6 +112,11 @@ pub fn table(spec: &Spec, shape: &Shape, colls: &[Func], sizes: &[u64]) -> Resul
 
 /// Runs `cclkit tune show`.
 pub fn run(a: &ShowArgs) -> ExitCode {
+    if a.rccl {
+        // SAFETY: called from `main` before the command starts any thread; both the
+        // host adapter and cclkit tuners read this variable at each `init`.
+        unsafe { std::env::set_var("CCLKIT_FLAVOR", "rccl") };
+    }
     let shape = match Shape::from_args(&a.shape) {
         Ok(s) => s,
         Err(e) => return fail(e),
@@ -141,10 +155,12 @@ fn header(t: &Table) -> String {
     let changed = t.cells.iter().filter(|c| c.changed).count();
     let mut out = format!(
         "# tuner: {}\n\
+         # host: {}\n\
          # communicator: {} rank(s) on {} node(s), up to {} channel(s); built-in table: the \
          runtime's cost model (net {} Mb/s, {} us)\n\
          # {changed} of {} decisions differ from the built-in choice",
         t.tuner,
+        t.host,
         s.n_ranks,
         s.n_nodes,
         s.channels,
