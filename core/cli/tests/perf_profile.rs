@@ -2,7 +2,8 @@
 //! (`libnccl-profiler-cclkit.so`): every rank's Chrome-trace JSON parses and holds,
 //! for each collective, the tree NCCL builds — GroupApi → CollApi → Coll → ProxyOp →
 //! ProxyStep, with Group as `parentGroup` — with exact step numbering, step states
-//! and byte counts.
+//! and byte counts; with a net plugin, its events nest under send and receive
+//! steps, and ProxyCtrl events report the proxy's appends, activity and sleeps.
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -196,10 +197,16 @@ fn check_rank(rank: usize, all: &[Slice], count: usize) {
                 );
                 for (i, st) in steps.iter().enumerate() {
                     assert_eq!(st.args["step"].as_u64(), Some(i as u64));
-                    let want: [&str; 2] = if send {
-                        ["ProxyStepSendGPUWait", "ProxyStepSendWait"]
+                    // NCCL's order (src/transport/net.cc); a receive step starts
+                    // when its irecv is posted.
+                    let want: &[&str] = if send {
+                        &["ProxyStepSendGPUWait", "ProxyStepSendWait"]
                     } else {
-                        ["ProxyStepRecvWait", "ProxyStepRecvGPUWait"]
+                        &[
+                            "ProxyStepRecvWait",
+                            "ProxyStepRecvFlushWait",
+                            "ProxyStepRecvGPUWait",
+                        ]
                     };
                     assert_eq!(st.states(), want, "{st:?}");
                     bytes[usize::from(send)] += st.args["bytes"].as_u64().expect("bytes");
@@ -268,11 +275,13 @@ fn null_handles_and_failed_init_are_tolerated() {
 }
 
 /// With the packaged socket plugin (net v10+, which gets the profiler callback), every
-/// send proxy step of a 2-rank run carries the socket's own network event: one
-/// NetPlugin event per `isend`, nested under the step that posted it, with the bytes
-/// that step handed to the network (Simple protocol: wire bytes = data bytes).
+/// send and receive proxy step of a 2-rank run carries the socket's own network
+/// event: one NetPlugin event per `isend`/`irecv`, nested under the step that posted
+/// it, with the bytes that step moved (Simple protocol: wire bytes = data bytes).
+/// ProxyCtrl is asked for too: each batch is an Append, the passes report Active and
+/// Idle, and the background thread's sleeps end with a Wakeup.
 #[test]
-fn socket_net_events_nest_under_send_proxy_steps() {
+fn socket_net_events_nest_under_send_and_receive_proxy_steps() {
     let lib = cclkit_tests::plugin("libnccl-profiler-cclkit.so");
     let net = cclkit_tests::plugin("libnccl-net-cclkit-socket.so");
     let lib_dir = lib.parent().expect("lib dir").to_owned();
@@ -298,7 +307,12 @@ fn socket_net_events_nest_under_send_proxy_steps() {
             prof.to_str().expect("utf-8"),
         ],
         &lib_dir,
-        &[("NCCL_PROTO", "Simple"), ("NCCL_SOCKET_IFNAME", "lo")],
+        &[
+            ("NCCL_PROTO", "Simple"),
+            ("NCCL_SOCKET_IFNAME", "lo"),
+            // The trace plugin's default mask plus ProxyCtrl (1 << 5).
+            ("CCLKIT_PROFILE_MASK", "0x7fbf"),
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "cclkit perf failed: {err}");
@@ -311,29 +325,47 @@ fn socket_net_events_nest_under_send_proxy_steps() {
         let all = slices(&f);
         let by_id: HashMap<u64, &Slice> = all.iter().map(|s| (s.id(), s)).collect();
         let nets: Vec<&Slice> = all.iter().filter(|s| s.cat == "NetPlugin").collect();
-        let mut send_steps = 0;
+        let mut steps = [0usize; 2];
         for st in all.iter().filter(|s| s.cat == "ProxyStep") {
             let op = by_id[&st.parent().expect("ProxyStep has a parent")];
             let under: Vec<&&Slice> = nets
                 .iter()
                 .filter(|n| n.parent() == Some(st.id()))
                 .collect();
-            if !op.name.starts_with("ProxyOp send") {
-                continue;
-            }
-            send_steps += 1;
+            let send = op.name.starts_with("ProxyOp send");
+            steps[usize::from(send)] += 1;
+            // all_reduce links are not grouped: one request per step.
             assert_eq!(
                 under.len(),
                 1,
-                "rank {rank}: one isend per send step: {st:?}"
+                "rank {rank}: one isend/irecv per {} step: {st:?}",
+                if send { "send" } else { "receive" }
             );
-            assert_eq!(
-                under[0].args["bytes"], st.args["bytes"],
-                "rank {rank}: the socket moved the step's bytes: {st:?} {:?}",
-                under[0]
+            let (net_bytes, step_bytes) = (
+                under[0].args["bytes"].as_u64().expect("net bytes"),
+                st.args["bytes"].as_u64().expect("step bytes"),
             );
+            if send {
+                assert_eq!(
+                    net_bytes, step_bytes,
+                    "rank {rank}: the socket sent the step's bytes: {st:?} {:?}",
+                    under[0]
+                );
+            } else {
+                // The receive was posted for a whole FIFO slot; the socket reports
+                // the posted or the received size, never less than the step's data.
+                assert!(
+                    net_bytes >= step_bytes && step_bytes > 0,
+                    "rank {rank}: the socket's receive covers the step: {st:?} {:?}",
+                    under[0]
+                );
+            }
         }
-        assert!(send_steps > 0, "rank {rank}: no send proxy step");
+        assert!(
+            steps[0] > 0 && steps[1] > 0,
+            "rank {rank}: receive and send steps: {steps:?}"
+        );
+        check_proxy_ctrl(rank, &all);
         // A send step now ends when its send completes; its ProxyOp ends with the
         // last one, never before. Ends are `ts + dur` in µs since the epoch (~1.8e15):
         // an f64 there resolves 0.25 µs, so two ends one ULP apart are simultaneous.
@@ -355,4 +387,108 @@ fn socket_net_events_nest_under_send_proxy_steps() {
             );
         }
     }
+}
+
+/// The packaged libfabric plugin (shm provider) reports one NetPlugin event per
+/// request in NCCL's socket descriptor layout (`fd` = its connection id), nested
+/// under the send or receive step that posted it, closed with the bytes moved.
+#[test]
+fn ofi_net_events_nest_under_send_and_receive_proxy_steps() {
+    let lib = cclkit_tests::plugin("libnccl-profiler-cclkit.so");
+    let net = cclkit_tests::plugin("libnccl-net-cclkit-ofi.so");
+    let lib_dir = lib.parent().expect("lib dir").to_owned();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let size = (rand::rng().random_range(100..5000usize) * 4).to_string();
+    let prof = dir.path().join("prof");
+    let out = perf_env(
+        &[
+            "--np",
+            "2",
+            "all_reduce",
+            "-b",
+            &size,
+            "-e",
+            &size,
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--net",
+            net.to_str().expect("utf-8"),
+            "--profile",
+            prof.to_str().expect("utf-8"),
+        ],
+        &lib_dir,
+        &[("NCCL_PROTO", "Simple"), ("CCLKIT_OFI_PROVIDER", "shm")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "cclkit perf failed: {err}");
+    for rank in 0..2 {
+        let f = std::fs::read_dir(&prof)
+            .expect("profile dir")
+            .map(|e| e.expect("entry").path())
+            .find(|p| p.to_string_lossy().ends_with(&format!("-rank{rank}.json")))
+            .unwrap_or_else(|| panic!("no trace for rank {rank}"));
+        let all = slices(&f);
+        let by_id: HashMap<u64, &Slice> = all.iter().map(|s| (s.id(), s)).collect();
+        let mut steps = [0usize; 2];
+        for st in all.iter().filter(|s| s.cat == "ProxyStep") {
+            let send = by_id[&st.parent().expect("parent")]
+                .name
+                .starts_with("ProxyOp send");
+            steps[usize::from(send)] += 1;
+            let under: Vec<&Slice> = all
+                .iter()
+                .filter(|n| n.cat == "NetPlugin" && n.parent() == Some(st.id()))
+                .collect();
+            assert_eq!(under.len(), 1, "rank {rank}: {st:?}");
+            let n = under[0];
+            // NCCL_PROFILER_NET_TYPE_SOCK | version 1.
+            assert_eq!(n.args["pluginId"].as_i64(), Some((2 << 16) | 1), "{n:?}");
+            assert!(n.args["fd"].as_i64().is_some_and(|fd| fd >= 0), "{n:?}");
+            assert_eq!(
+                n.args["bytes"], st.args["bytes"],
+                "rank {rank}: {st:?} {n:?}"
+            );
+        }
+        assert!(
+            steps[0] > 0 && steps[1] > 0,
+            "rank {rank}: receive and send steps: {steps:?}"
+        );
+    }
+}
+
+/// ProxyCtrl events of one rank: no parent; each is an Append closed by AppendEnd,
+/// a single Active or Idle transition, or a Sleep ended by a Wakeup; batches were
+/// appended and the passes were both active and idle.
+fn check_proxy_ctrl(rank: usize, all: &[Slice]) {
+    let ctrl: Vec<&Slice> = all.iter().filter(|s| s.cat == "ProxyCtrl").collect();
+    let mut seen: HashMap<Vec<String>, usize> = HashMap::new();
+    for c in &ctrl {
+        assert_eq!(c.parent(), None, "rank {rank}: {c:?}");
+        *seen.entry(c.states()).or_default() += 1;
+    }
+    // A Sleep needs the background thread to go idle after the first batch brought
+    // the profiler, which a short run may not give it: checked when present below.
+    for want in [
+        &["ProxyCtrlAppend", "ProxyCtrlAppendEnd"][..],
+        &["ProxyCtrlActive"],
+        &["ProxyCtrlIdle"],
+    ] {
+        let key: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+        assert!(
+            seen.contains_key(&key),
+            "rank {rank}: no ProxyCtrl event with states {want:?}: {seen:?}"
+        );
+    }
+    assert!(
+        seen.keys().all(|k| matches!(
+            k.iter().map(String::as_str).collect::<Vec<_>>()[..],
+            ["ProxyCtrlAppend", "ProxyCtrlAppendEnd"]
+                | ["ProxyCtrlActive"]
+                | ["ProxyCtrlIdle"]
+                | ["ProxyCtrlSleep", "ProxyCtrlWakeup"]
+        )),
+        "rank {rank}: unexpected ProxyCtrl state sequences: {seen:?}"
+    );
 }

@@ -39,6 +39,8 @@ pub struct Request {
     /// Posted size of a send (a send completion carries no length).
     send_len: Option<usize>,
     done: bool,
+    /// The request's profiler event (net v10+ hosts with a profiler).
+    pub(crate) prof: crate::prof::ReqEvent,
 }
 
 impl Drop for Request {
@@ -53,6 +55,22 @@ impl Drop for Request {
 }
 
 impl Request {
+    /// Whether a post of the request still waits in the engine's backlog.
+    pub(crate) fn backlogged(&self, e: &Engine) -> bool {
+        self.ops[..self.n].iter().any(|o| e.backlogged(*o))
+    }
+
+    /// [`backlogged`](Self::backlogged), taking the device lock.
+    pub(crate) fn waits_in_backlog(&self) -> bool {
+        let e = self.dev.lock();
+        self.backlogged(&e)
+    }
+
+    /// The connection the request travels on.
+    pub(crate) fn conn(&self) -> u64 {
+        self.conn
+    }
+
     fn release(&mut self, e: &mut Engine) {
         release(e, self.conn, &self.ops[..self.n], &self.temp_mrs[..self.n]);
         self.done = true;
@@ -145,6 +163,7 @@ pub fn isend(
         temp_mrs: [0; MAX_RECVS_LIMIT],
         send_len: Some(buf.len()),
         done: false,
+        prof: Default::default(),
     });
     r.ops[0] = op;
     r.temp_mrs[0] = temp;
@@ -174,6 +193,7 @@ pub fn irecv(comm: &mut RecvComm, bufs: &[RecvBuf<'_, OfiMr>]) -> Result<Option<
         temp_mrs: [0; MAX_RECVS_LIMIT],
         send_len: None,
         done: false,
+        prof: Default::default(),
     });
     for (i, b) in bufs.iter().enumerate() {
         let posted = desc_for(&mut e, &dev, b.mr, &b.buf).and_then(|(desc, temp)| {
@@ -205,6 +225,9 @@ pub fn test(r: &mut Request, sizes: &mut Sizes<'_>) -> Result<bool> {
     let dev = &r.dev;
     let mut e = dev.lock();
     e.progress();
+    if r.prof.waits_in_backlog() && !r.backlogged(&e) {
+        r.prof.posted();
+    }
     let mut got = [0usize; MAX_RECVS_LIMIT];
     let mut pending = false;
     for (op, out) in r.ops.iter().zip(got.iter_mut()).take(r.n) {
@@ -231,6 +254,7 @@ pub fn test(r: &mut Request, sizes: &mut Sizes<'_>) -> Result<bool> {
     release(&mut e, r.conn, &r.ops[..r.n], &r.temp_mrs[..r.n]);
     r.done = true;
     drop(e);
+    r.prof.end(got[..r.n].iter().sum());
     for (i, len) in got.iter().enumerate().take(r.n) {
         sizes.set(i, *len)?;
     }

@@ -32,6 +32,7 @@ pub mod fabric;
 pub mod liveness;
 pub mod mr;
 pub mod net;
+pub mod prof;
 pub mod proto;
 #[doc(hidden)]
 pub mod sys;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use cclkit_abi::net::{
     Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
 };
+use cclkit_abi::profiler::net::RequestProfiler;
 use cclkit_abi::raw::common::{ptr, subsys};
 use cclkit_abi::raw::net::{MAX_COLLNET_SIZE, NCCL_MAX_NET_SIZE_BYTES};
 use cclkit_abi::{Error, Result, nccl_info};
@@ -20,6 +21,7 @@ use crate::discover::{DeviceDesc, discover};
 use crate::fabric::MemIface;
 use crate::fabric::info::runtime_version;
 use crate::fabric::objects::dmabuf_built;
+use crate::prof;
 
 /// The libfabric net plugin (one instance per process).
 pub struct OfiNet {
@@ -258,7 +260,47 @@ impl Net for OfiNet {
         data::irecv(comm, bufs)
     }
 
+    fn isend_profiled(
+        &self,
+        comm: &mut SendComm,
+        buf: Buf,
+        tag: i32,
+        mr: Option<&OfiMr>,
+        profiler: RequestProfiler,
+    ) -> Result<Option<Box<Request>>> {
+        let len = buf.len();
+        let mut req = data::isend(comm, buf, tag, mr)?;
+        if let Some(r) = req.as_mut() {
+            start_event(r, profiler, prof::OP_SEND, len);
+        }
+        Ok(req)
+    }
+
+    fn irecv_profiled(
+        &self,
+        comm: &mut RecvComm,
+        bufs: &[RecvBuf<'_, OfiMr>],
+        _optional_completion: bool,
+        profiler: RequestProfiler,
+    ) -> Result<Option<Box<Request>>> {
+        let len = bufs.iter().map(|b| b.buf.len()).sum();
+        let mut req = data::irecv(comm, bufs)?;
+        if let Some(r) = req.as_mut() {
+            start_event(r, profiler, prof::OP_RECV, len);
+        }
+        Ok(req)
+    }
+
     fn test(request: &mut Box<Request>, sizes: &mut Sizes<'_>) -> Result<bool> {
         data::test(request, sizes)
     }
+}
+
+/// Starts a posted request's profiler event (no engine look-up without one).
+fn start_event(r: &mut Request, profiler: RequestProfiler, op: i32, len: usize) {
+    if !profiler.is_enabled() {
+        return;
+    }
+    let backlogged = r.waits_in_backlog();
+    r.prof = prof::ReqEvent::start(profiler, r.conn(), op, len, backlogged);
 }

@@ -13,13 +13,16 @@ use std::ffi::CStr;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use cclkit_abi::profiler::{Event, EventMask, EventState, Profiler, ProfilerInit, StateArgs};
+use cclkit_abi::profiler::{
+    Event, EventKind, EventMask, EventState, Profiler, ProfilerInit, StateArgs,
+};
 use cclkit_abi::raw::common::subsys;
 use cclkit_abi::{Error, Result, export_profiler, nccl_info, nccl_warn};
 
 pub mod config;
 mod fanout;
 pub mod json;
+mod net;
 pub mod store;
 pub mod summary;
 
@@ -46,6 +49,8 @@ pub struct TraceEvent {
     span: Option<u32>,
     /// The forwarded profilers' handles.
     forwarded: Handles,
+    /// A NetPlugin event's plugin id (its updates' descriptor layout).
+    net: Option<i64>,
 }
 
 /// Trace files of one process are numbered when NCCL gives no rank (v1–v3).
@@ -125,7 +130,15 @@ impl Profiler for TraceProfiler {
         if span.is_none() && forwarded.iter().all(|h| *h == 0) {
             return Ok(None);
         }
-        Ok(Some(TraceEvent { span, forwarded }))
+        let net = match event.kind {
+            EventKind::NetPlugin(n) => Some(n.id),
+            _ => None,
+        };
+        Ok(Some(TraceEvent {
+            span,
+            forwarded,
+            net,
+        }))
     }
 
     fn record_state(&self, event: &TraceEvent, state: &EventState) -> Result<()> {
@@ -136,10 +149,17 @@ impl Profiler for TraceProfiler {
                 }
                 _ => None,
             };
-            self.store
+            let mut store = self
+                .store
                 .lock()
-                .map_err(|_| Error::internal("trace store poisoned"))?
-                .state(i, state.state.0, bytes, now_ns());
+                .map_err(|_| Error::internal("trace store poisoned"))?;
+            store.state(i, state.state.0, bytes, now_ns());
+            if let (Some(id), StateArgs::NetPlugin { data }) = (event.net, state.args) {
+                // SAFETY: NCCL passes the net plugin's live descriptor of this id.
+                if let Some(b) = unsafe { net::updated_length(id, data) } {
+                    store.set_bytes(i, b);
+                }
+            }
         }
         if !event.forwarded.is_empty() {
             self.fanout.record(&event.forwarded, state);

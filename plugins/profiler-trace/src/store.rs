@@ -168,7 +168,7 @@ fn describe(event: &Event<'_>) -> Described {
                 }
                 None => (None, 0),
             };
-            args.push(("bytes", Value::UInt(bytes)));
+            // The bytes go out as the span's own (updates replace them).
             ("net".to_owned(), None, send, bytes, args)
         }
         EventKind::KernelCh { channel_id, .. } => (
@@ -246,6 +246,14 @@ impl Store {
             if let Some(b) = bytes {
                 s.bytes = s.bytes.max(b);
             }
+        }
+    }
+
+    /// Replaces a span's bytes (a net plugin's update reports what moved, after the
+    /// posted size it started with).
+    pub fn set_bytes(&mut self, index: u32, bytes: u64) {
+        if let Some(s) = self.spans.get_mut(index as usize) {
+            s.bytes = bytes;
         }
     }
 

@@ -143,12 +143,26 @@ impl ProfilerPlugin {
 
     /// Finds the newest profiler table in `lib` and checks its name and slots.
     pub fn from_library(lib: Library) -> Result<Self, LoadOutcome> {
+        Self::from_library_version(lib, None)
+    }
+
+    /// As [`from_library`](Self::from_library), but the table of `version` when
+    /// given (`cclkit check` drives every exported version).
+    pub fn from_library_version(lib: Library, version: Option<u32>) -> Result<Self, LoadOutcome> {
         let unsupported = |reason: String| LoadOutcome::Unsupported {
             library: lib.display_name(),
             reason,
         };
-        let Some((raw, symbol)) = table::find(&lib) else {
-            return Err(unsupported("exports no ncclProfiler_v7 … _v1 table".into()));
+        let found = match version {
+            Some(v) => table::find_version(&lib, v),
+            None => table::find(&lib),
+        };
+        let Some((raw, symbol)) = found else {
+            let what = version.map_or_else(
+                || "ncclProfiler_v7 … _v1 table".to_owned(),
+                |v| format!("ncclProfiler_v{v} table"),
+            );
+            return Err(unsupported(format!("exports no {what}")));
         };
         let name = raw
             .name()

@@ -159,18 +159,23 @@ fn bounded_len(p: *const std::ffi::c_char) -> usize {
 
 /// The newest profiler table `lib` exports, with its symbol name.
 pub fn find(lib: &Library) -> Option<(RawProfiler, String)> {
-    VERSIONS.iter().find_map(|&v| {
-        let sym = symbol(v);
-        let p = lib.data_symbol(&sym)?;
-        let raw = match v {
-            7 => RawProfiler::V7(p.cast()),
-            6 => RawProfiler::V6(p.cast()),
-            5 => RawProfiler::V5(p.cast()),
-            4 => RawProfiler::V4(p.cast()),
-            3 => RawProfiler::V3(p.cast()),
-            2 => RawProfiler::V2(p.cast()),
-            _ => RawProfiler::V1(p.cast()),
-        };
-        Some((raw, sym))
-    })
+    VERSIONS.iter().find_map(|&v| find_version(lib, v))
+}
+
+/// The table of one `version` (1–7) if `lib` exports it (what `cclkit check` uses
+/// to drive every exported version, not just the newest).
+pub fn find_version(lib: &Library, version: u32) -> Option<(RawProfiler, String)> {
+    let sym = symbol(version);
+    let p = lib.data_symbol(&sym)?;
+    let raw = match version {
+        7 => RawProfiler::V7(p.cast()),
+        6 => RawProfiler::V6(p.cast()),
+        5 => RawProfiler::V5(p.cast()),
+        4 => RawProfiler::V4(p.cast()),
+        3 => RawProfiler::V3(p.cast()),
+        2 => RawProfiler::V2(p.cast()),
+        1 => RawProfiler::V1(p.cast()),
+        _ => return None,
+    };
+    Some((raw, sym))
 }

@@ -8,7 +8,8 @@
 //!              └─ ProxyOp      one per channel, peer and direction of an operation
 //!                   └─ ProxyStep   one per slice (a FIFO step) on that link, with
 //!                                  its step states; net-plugin events nest here
-//! ProxyCtrl                     the proxy's own activity (not emitted yet)
+//!                                  (send steps: proxy; receive steps: recv)
+//! ProxyCtrl                     the proxy's own activity, no parent (ctrl)
 //! ```
 //!
 //! The profiler is loaded once per process, as NCCL loads it
@@ -26,10 +27,14 @@ use std::sync::{Arc, OnceLock};
 use cclkit_host::profiler::{InitArgs, ProfilerContext, ProfilerPlugin};
 
 mod api;
+mod ctrl;
 mod proxy;
+mod recv;
 
 pub(crate) use api::{CollInfo, GroupEvents, p2p_events};
+pub(crate) use ctrl::Ctrl;
 pub(crate) use proxy::BatchEvents;
+pub(crate) use recv::{RecvRun, RecvSlots};
 
 /// The process's profiler (NCCL loads one, once).
 static PLUGIN: OnceLock<Option<ProfilerPlugin>> = OnceLock::new();

@@ -2,13 +2,14 @@
 //!
 //! A ProxyOp is one operation's work on one channel (lane) towards one peer in one
 //! direction, as NCCL's proxy sub-args; its steps are the slices that cross that
-//! link (FIFO steps). A step event opens when the slice becomes the channel's next
-//! one (send: `SendGPUWait` — waiting for the data to be produced; receive:
-//! `RecvWait` — waiting for the peer's data) and closes when the engine processes the
-//! slice (send: `SendWait`, the data is handed to the network; receive:
-//! `RecvGPUWait`, the data is consumed), carrying the slice's bytes. A send step is
-//! then handed to its FIFO slot ([`BatchEvents::hand_over_send`]), which stops it when
-//! the send completes; the net plugin's events for that send nest under it.
+//! link (FIFO steps). A send step event opens when the slice becomes the channel's
+//! next one (`SendGPUWait` — waiting for the data to be produced), is handed to its
+//! FIFO slot when the engine processes the slice (`SendWait`, the data is handed to
+//! the network; [`BatchEvents::hand_over_send`]), and the slot stops it when the send
+//! completes. A receive step opens when its `irecv` is posted, as NCCL's does: the
+//! batch only announces which op and step number each expected slice belongs to
+//! ([`BatchEvents::recv_run`]); the receive FIFO does the rest ([`super::recv`]).
+//! Either way the net plugin's events for the request nest under its step.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -17,20 +18,25 @@ use cclkit_abi::profiler::{Event, EventKind, EventState, ProxyOp, StateArgs};
 use cclkit_abi::raw::profiler::ProfilerEventState as S;
 use cclkit_host::profiler::{EventHandle, Parents, ProfilerContext};
 
+use super::recv::{RecvOp, RecvRun};
 use crate::fifo::SlotStep;
 use crate::proxy::Step;
 
 struct Op {
+    /// The send op's event (receive ops hand theirs to `recv`).
     handle: EventHandle,
     is_send: bool,
     left: usize,
     next_step: i32,
+    recv: Option<Arc<RecvOp>>,
 }
 
-/// Links of one primitive: (index into `ops`) per link.
+/// Links of one primitive: (index into `ops`) per link, send links first.
 struct PrimLinks {
     len: usize,
     ops: Vec<usize>,
+    /// Per receive link: its op and the step number of the primitive's first slice.
+    recv_first: Vec<(usize, i32)>,
 }
 
 struct Inner {
@@ -81,6 +87,7 @@ impl BatchEvents {
             for st in steps {
                 let n = st.prim.len.div_ceil(slice.max(1));
                 let mut idx = Vec::new();
+                let mut recv_first = Vec::new();
                 let links = st.prim.send.iter().map(|l| (l, true));
                 for (l, is_send) in links.chain(st.prim.recv.iter().map(|l| (l, false))) {
                     let key = (ch, st.op, l.peer, is_send);
@@ -91,15 +98,20 @@ impl BatchEvents {
                             is_send,
                             left: 0,
                             next_step: 0,
+                            recv: None,
                         });
                         keys.len() - 1
                     });
+                    if !is_send {
+                        recv_first.push((i, i32::try_from(ops[i].left).unwrap_or(i32::MAX)));
+                    }
                     ops[i].left += n;
                     idx.push(i);
                 }
                 lane.push(PrimLinks {
                     len: st.prim.len,
                     ops: idx,
+                    recv_first,
                 });
             }
             prims.push(lane);
@@ -126,6 +138,10 @@ impl BatchEvents {
                 args: StateArgs::None,
             };
             ctx.record(op.handle, &st);
+            if !is_send {
+                let h = std::mem::replace(&mut op.handle, EventHandle::NULL);
+                op.recv = Some(RecvOp::new(ctx, rank, h, op.left));
+            }
         }
         let mut inner = Inner {
             ctx: Arc::clone(ctx),
@@ -168,6 +184,30 @@ impl BatchEvents {
         Some(SlotStep::new(Arc::clone(&g.ctx), h, op_h))
     }
 
+    /// The communicator's profiler context.
+    pub(crate) fn ctx(&self) -> Arc<ProfilerContext> {
+        Arc::clone(&self.inner.borrow().ctx)
+    }
+
+    /// ProxyOps of the batch (what a ProxyCtrl `AppendEnd` reports).
+    pub(crate) fn proxy_ops(&self) -> usize {
+        self.inner.borrow().ops.len()
+    }
+
+    /// The receive steps of primitive `pi` of channel `ch` on its receive link `k`
+    /// (in link order), for the receive FIFO to start as it posts their `irecv`s.
+    pub(crate) fn recv_run(&self, ch: usize, pi: usize, k: usize) -> Option<RecvRun> {
+        let g = self.inner.borrow();
+        let p = g.prims.get(ch)?.get(pi)?;
+        let &(i, first) = p.recv_first.get(k)?;
+        Some(RecvRun::new(
+            g.ops.get(i)?.recv.as_ref()?,
+            first,
+            p.len,
+            g.slice,
+        ))
+    }
+
     /// The engine processed slice `si` of primitive `pi` on channel `ch`.
     pub(crate) fn slice_done(&self, ch: usize, pi: usize, si: usize) {
         let mut g = self.inner.borrow_mut();
@@ -195,6 +235,10 @@ impl Inner {
         let mut opened = Vec::with_capacity(p.ops.len());
         for &i in &p.ops {
             let op = &mut self.ops[i];
+            // Receive steps are started by the receive FIFO (`recv_run`).
+            if !op.is_send {
+                continue;
+            }
             let kind = EventKind::ProxyStep { step: op.next_step };
             op.next_step += 1;
             let h = self.ctx.start(
@@ -207,12 +251,8 @@ impl Inner {
                     group: 0,
                 },
             );
-            let first = if op.is_send {
-                S::PROXY_STEP_SEND_GPU_WAIT
-            } else {
-                S::PROXY_STEP_RECV_WAIT
-            };
-            self.ctx.record(h, &state(first, bytes));
+            self.ctx
+                .record(h, &state(S::PROXY_STEP_SEND_GPU_WAIT, bytes));
             opened.push((h, i, bytes));
         }
         self.open[ch] = opened;
@@ -224,12 +264,8 @@ impl Inner {
         };
         for (h, i, bytes) in std::mem::take(open) {
             let op = &mut self.ops[i];
-            let last = if op.is_send {
-                S::PROXY_STEP_SEND_WAIT
-            } else {
-                S::PROXY_STEP_RECV_GPU_WAIT
-            };
-            self.ctx.record(h, &state(last, bytes));
+            // A step still here was not handed over (no event, or a failure).
+            self.ctx.record(h, &state(S::PROXY_STEP_SEND_WAIT, bytes));
             self.ctx.stop(h);
             op.left = op.left.saturating_sub(1);
             if op.left == 0 {
@@ -251,6 +287,9 @@ impl Drop for BatchEvents {
         for op in &mut g.ops {
             g.ctx.stop(op.handle);
             op.handle = EventHandle::NULL;
+            if let Some(r) = &op.recv {
+                r.abandon();
+            }
         }
     }
 }

@@ -420,6 +420,11 @@ impl Engine {
         }
     }
 
+    /// Whether `op` waits in the backlog (`-FI_EAGAIN`) rather than being posted.
+    pub fn backlogged(&self, op: OpId) -> bool {
+        matches!(self.slot(op).map(|s| &s.state), Some(State::Backlogged))
+    }
+
     /// Takes the owned buffer of a completed control operation.
     pub fn take_buf(&mut self, op: OpId) -> Option<Box<[u8]>> {
         self.slot_mut(op).and_then(|s| s.buf.take())

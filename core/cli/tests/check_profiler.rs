@@ -1,0 +1,171 @@
+//! `cclkit check` on profilers: the correct fixture, the packaged trace profiler and
+//! the profiler template pass every check in every exported version; each broken
+//! fixture (`tests/fixtures/profiler/broken_profiler.c`) fails exactly the check
+//! its defect belongs to, crashes and hangs included, and the other checks still run.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use cclkit_tests::cplugin::{Plugins, s};
+use serde_json::Value;
+
+/// Every profiler check, as the suite names them.
+const CHECKS: [&str; 7] = [
+    "symbol",
+    "table",
+    "init",
+    "events",
+    "null-parents",
+    "pool",
+    "threads",
+];
+
+/// Profiler results by (version, check): (status, message).
+type Results = BTreeMap<(u64, String), (String, String)>;
+
+/// `cclkit check --json LIB` (4 s per check): exit status and the profiler results.
+fn check(lib: &Path) -> (i32, Results) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
+    cmd.args(["check", "--json", "--timeout", "4", "--jobs", "2", &s(lib)])
+        .env("CCLKIT_PROFILE_SUMMARY", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let child = cmd.spawn().expect("spawn cclkit");
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(Duration::from_secs(180)) {
+        Ok(o) => o.expect("cclkit output"),
+        Err(_) => {
+            // SAFETY: kill(2) of the process group created for this child.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            panic!("cclkit check {} did not finish", lib.display());
+        }
+    };
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let results = v["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["family"] == "profiler")
+        .map(|r| {
+            (
+                (
+                    r["version"].as_u64().expect("version"),
+                    r["check"].as_str().expect("check").to_owned(),
+                ),
+                (
+                    r["status"].as_str().expect("status").to_owned(),
+                    r["message"].as_str().unwrap_or_default().to_owned(),
+                ),
+            )
+        })
+        .collect();
+    (out.status.code().unwrap_or(-1), results)
+}
+
+fn all_pass(lib: &Path, versions: &[u64]) {
+    let (code, r) = check(lib);
+    for &v in versions {
+        for c in CHECKS {
+            let got = r.get(&(v, c.to_owned()));
+            assert!(
+                got.is_some_and(|(st, _)| st == "PASS"),
+                "{} v{v} {c}: {got:?}\n{r:#?}",
+                lib.display()
+            );
+        }
+    }
+    assert_eq!(
+        r.len(),
+        versions.len() * CHECKS.len(),
+        "{}: {r:#?}",
+        lib.display()
+    );
+    assert_eq!(code, 0, "{}: {r:#?}", lib.display());
+}
+
+#[test]
+fn a_correct_profiler_passes_every_check_in_both_versions() {
+    let p = Plugins::new();
+    for v in [4u64, 7] {
+        let lib = p.with_header(
+            &format!("good_v{v}.so"),
+            "profiler/broken_profiler.c",
+            &[&format!("PROF_VERSION={v}")],
+        );
+        all_pass(&lib, &[v]);
+    }
+}
+
+#[test]
+fn the_trace_profiler_and_the_template_pass_every_exported_version() {
+    for name in ["libnccl-profiler-cclkit.so", "libnccl-profiler-template.so"] {
+        all_pass(&cclkit_tests::plugin(name), &[7, 6, 5, 4, 3, 2, 1]);
+    }
+}
+
+#[test]
+fn each_broken_profiler_fails_its_own_check() {
+    let p = Plugins::new();
+    let all = &CHECKS[..];
+    let calls = &CHECKS[2..];
+    let trees = &["events", "null-parents", "pool", "threads"][..];
+    // (define, the checks that fail, the check whose message is read, words it holds)
+    let cases: [(&str, &[&str], &str, &str); 9] = [
+        // Nothing can be called through a 16-byte table.
+        ("SMALL_TABLE", all, "symbol", "bytes"),
+        (
+            "NULL_RECORD",
+            &CHECKS[1..],
+            "table",
+            "recordEventState is NULL",
+        ),
+        // Every check after `table` needs a communicator.
+        ("INIT_FAILS", calls, "init", "init"),
+        // Each check that starts proxy steps crashes, and only those.
+        ("CRASH_STEP", trees, "events", "SIGSEGV"),
+        ("HANG_STOP", trees, "events", "stopEvent(Coll)"),
+        // A full pool declines Colls too, so their ProxyOps get NULL parents there.
+        (
+            "DEREF_PARENT",
+            &["null-parents", "pool"],
+            "null-parents",
+            "SIGSEGV",
+        ),
+        ("RECORD_ERR", trees, "events", "ProxyStepRecvFlushWait"),
+        ("OVERRUN_POOL", &["pool"], "pool", "SIGABRT"),
+        ("LEAK_POOL", &["pool"], "pool", "not returned to the pool"),
+    ];
+    for (define, failing, read, words) in cases {
+        let lib = p.with_header(
+            &format!("broken_{define}.so"),
+            "profiler/broken_profiler.c",
+            &[define],
+        );
+        let (code, r) = check(&lib);
+        assert_eq!(code, 1, "{define}: {r:#?}");
+        let (_, msg) = &r[&(7, read.to_owned())];
+        assert!(msg.contains(words), "{define}: {msg}");
+        for c in CHECKS {
+            let (st, _) = r
+                .get(&(7, c.to_owned()))
+                .unwrap_or_else(|| panic!("{define}: no {c}"));
+            let want = if failing.contains(&c) { "FAIL" } else { "PASS" };
+            assert_eq!(st, want, "{define} {c}: {r:#?}");
+        }
+    }
+}
