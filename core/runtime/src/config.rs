@@ -41,6 +41,10 @@ pub struct Config {
     /// `CCLKIT_GROUPED_RECV` (default on): grouped receives on p2p links when the
     /// plugin's `maxRecvs > 1`.
     pub grouped_recv: bool,
+    /// `CCLKIT_DIRECT` (default on): NCCL's direct paths on host memory (receive into
+    /// and send from the registered user buffer where no later step writes those
+    /// bytes); off stages every byte through the FIFO slots.
+    pub direct: bool,
     /// `CCLKIT_DEVICE` (`host`, `cuda`, `cuda:N`; `CCLKIT_CUDA_EMULATE=1` for the
     /// emulated GPU): where user buffers live (see [`super::device`]).
     pub device: DeviceKind,
@@ -54,6 +58,7 @@ impl std::fmt::Debug for Config {
             .field("op_timeout", &self.op_timeout)
             .field("channels", &(self.min_channels, self.max_channels))
             .field("grouped_recv", &self.grouped_recv)
+            .field("direct", &self.direct)
             .field("device", &self.device)
             .finish_non_exhaustive()
     }
@@ -257,6 +262,7 @@ impl Config {
             algo,
             proto,
             grouped_recv: flag("CCLKIT_GROUPED_RECV", true)?,
+            direct: flag("CCLKIT_DIRECT", true)?,
             device: DeviceKind::from_lookup(get).map_err(|e| e.context("CCLKIT_DEVICE"))?,
         })
     }
@@ -291,6 +297,7 @@ mod tests {
             ("NCCL_IB_TC", "256"),
             ("CCLKIT_TRAFFIC_CLASS", "x"),
             ("CCLKIT_GROUPED_RECV", "-1"),
+            ("CCLKIT_DIRECT", "2"),
             ("CCLKIT_TUNER_REPORT", "abc"),
             ("CCLKIT_STRICT", "abc"),
             ("CCLKIT_STRICT", ""),
@@ -325,6 +332,7 @@ mod tests {
             ("NCCL_MAX_NCHANNELS", " 5 "),
             ("NCCL_IB_TC", "-1"),
             ("CCLKIT_GROUPED_RECV", "off"),
+            ("CCLKIT_DIRECT", "false"),
             ("CCLKIT_TUNER_REPORT", "Yes"),
             ("CCLKIT_STRICT", "0"),
             ("CCLKIT_OP_TIMEOUT", "0.25"),
@@ -335,12 +343,12 @@ mod tests {
         .unwrap();
         assert_eq!((c.min_channels, c.max_channels), (3, 5));
         assert_eq!(c.traffic_class, Some(-1));
-        assert!(!c.grouped_recv && c.tuner_report);
+        assert!(!c.grouped_recv && c.tuner_report && !c.direct);
         assert_eq!(c.op_timeout, Duration::from_millis(250));
         assert_eq!(c.bootstrap_timeout, Duration::from_secs(604_800));
         let d = cfg(&[]).unwrap();
         assert_eq!(d.op_timeout, DEFAULT_OP_TIMEOUT);
-        assert!(d.grouped_recv && !d.tuner_report);
+        assert!(d.grouped_recv && !d.tuner_report && d.direct);
     }
 
     #[test]

@@ -20,53 +20,27 @@ use cclkit_abi::raw::common::Protocol;
 use cclkit_host::profiler::callback::StepHandle;
 use cclkit_host::profiler::{EventHandle, ProfilerContext};
 
-use super::device::{self, Placement, SlotMem};
+use super::device::{self, Placement};
 use super::error::{Error, Result, net_err};
 
 use super::protocol::ProtoParams;
 use cclkit_host::net::{Mr, RecvBuffer, RecvComm, Request, RequestId, SendComm};
+
+mod size;
+mod slots;
+mod user;
+use size::strict_from_env;
+use slots::Slots;
+pub use user::DirectRecv;
+use user::UserMrs;
 
 /// Protocol index into per-connection FIFO arrays.
 pub fn proto_index(p: Protocol) -> usize {
     p.0.clamp(0, 2) as usize
 }
 
-/// A slot buffer of `slots × slot_wire` bytes: 8-byte aligned host memory, or
-/// on a CUDA communicator pinned host or GPU memory ([`device::mem`]).
-struct Slots {
-    mem: SlotMem,
-    slot_wire: usize,
-}
-
-impl Slots {
-    fn new(p: &ProtoParams, place: &Placement) -> Result<Self> {
-        let bytes = p.slots() * p.slot_wire();
-        Ok(Self {
-            mem: SlotMem::alloc(&place.device, &place.plan, bytes)?,
-            slot_wire: p.slot_wire(),
-        })
-    }
-    fn slot(&mut self, i: usize) -> *mut u8 {
-        // `i < slots`, so the slot lies inside the buffer; a GPU address is
-        // only offset here, never dereferenced on the host.
-        self.mem.base().wrapping_add(i * self.slot_wire)
-    }
-    /// Registers the slots on `comm` as the placement says.
-    ///
-    /// # Safety
-    /// The registration is deregistered before the slots are dropped.
-    unsafe fn register<R: device::mem::Registrar>(
-        &mut self,
-        comm: &mut R,
-        place: &Placement,
-    ) -> Result<R::Mr> {
-        // SAFETY: forwarded from the caller.
-        unsafe { device::mem::register(comm, &mut self.mem, &place.plan, &place.device) }
-    }
-}
-
 /// What one expected slice looks like to the receiver.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Expect {
     /// Protocol sizes of the slices.
     pub params: ProtoParams,
@@ -74,6 +48,11 @@ pub struct Expect {
     pub count: usize,
     /// Group size for grouped receives (1 = single receives).
     pub group: usize,
+    /// The slices' receive steps (profiler runs; `None`: no events).
+    pub(crate) prof: Option<crate::profile::RecvRun>,
+    /// Where the slices land when they skip the FIFO slots (a user buffer
+    /// registered on this comm with [`RecvConn::register_user`]; single receives).
+    pub direct: Option<DirectRecv>,
 }
 
 /// A send step event handed to the FIFO slot holding its data: the net plugin nests
@@ -112,6 +91,10 @@ pub struct SendConn {
     label: String,
     tag: i32,
     place: Placement,
+    /// User buffers registered for sends straight from them.
+    user: UserMrs,
+    /// Sends from user buffers filled and not completed yet.
+    user_inflight: usize,
 }
 
 struct SendFifo {
@@ -120,6 +103,9 @@ struct SendFifo {
     mr: Option<Mr>,
     /// Wire length and group tag of filled slots, by slot.
     filled: Vec<(usize, i32)>,
+    /// A slot sent from a user buffer instead of its own memory: the address and
+    /// the index of its registration, by slot.
+    from_user: Vec<Option<(usize, usize)>>,
     /// Profiler step of each slot; a boxed slice so handles never move while the
     /// net plugin may hold them.
     steps: Box<[Option<SlotStep>]>,
@@ -138,6 +124,8 @@ impl SendConn {
             label,
             tag,
             place: Placement::host(),
+            user: UserMrs::default(),
+            user_inflight: 0,
         }
     }
 
@@ -158,6 +146,7 @@ impl SendConn {
             self.fifos[i] = Some(SendFifo {
                 params: *p,
                 filled: vec![(0, 0); p.slots()],
+                from_user: vec![None; p.slots()],
                 steps: (0..p.slots()).map(|_| None).collect(),
                 slots,
                 mr: Some(mr),
@@ -193,10 +182,23 @@ impl SendConn {
         group_tag: Option<i32>,
         step: Option<SlotStep>,
     ) -> Result<()> {
+        self.fill_slot(p, wire, group_tag, step, None)
+    }
+
+    fn fill_slot(
+        &mut self,
+        p: &ProtoParams,
+        wire: usize,
+        group_tag: Option<i32>,
+        step: Option<SlotStep>,
+        from_user: Option<(usize, usize)>,
+    ) -> Result<()> {
         let tag = group_tag.unwrap_or(self.tag);
+        self.user_inflight += usize::from(from_user.is_some());
         let f = self.fifo(p)?;
         let i = (f.fill % f.params.slots() as u64) as usize;
         f.filled[i] = (wire, tag);
+        f.from_user[i] = from_user;
         // The slot is free (`slot_to_fill`), so its previous step already ended.
         f.steps[i] = step;
         f.fill += 1;
@@ -212,21 +214,31 @@ impl SendConn {
     pub fn progress(&mut self) -> Result<bool> {
         let mut moved = false;
         let Self {
-            comm, fifos, label, ..
+            comm,
+            fifos,
+            label,
+            user,
+            user_inflight,
+            ..
         } = self;
         for f in fifos.iter_mut().flatten() {
             let n = f.params.slots() as u64;
             while f.post < f.fill {
                 let i = (f.post % n) as usize;
                 let (wire, tag) = f.filled[i];
-                let data = f.slots.slot(i);
+                let (data, mr) = match f.from_user[i] {
+                    Some((addr, m)) => (addr as *mut u8, user.get(m)),
+                    None => (f.slots.slot(i), f.mr.as_ref()),
+                };
                 let ph = f.steps[i]
                     .as_mut()
                     .map_or(std::ptr::null_mut(), |s| s.handle.as_phandle());
                 // SAFETY: the slot stays untouched until this request completes (the
                 // kernel only refills slots after `done` passes them); so does its
                 // step handle, inside the boxed `steps`.
-                match unsafe { comm.isend_profiled(data, wire, tag, f.mr.as_ref(), ph) } {
+                // A send from a user buffer: the batch that filled it does not end
+                // before the send completes (`user_idle`).
+                match unsafe { comm.isend_profiled(data, wire, tag, mr, ph) } {
                     Ok(Some(r)) => {
                         f.posted.push_back(r);
                         f.post += 1;
@@ -240,8 +252,12 @@ impl SendConn {
                 match comm.test(r) {
                     Ok(Some(_)) => {
                         f.posted.pop_front();
-                        if let Some(s) = f.steps[(f.done % n) as usize].take() {
+                        let i = (f.done % n) as usize;
+                        if let Some(s) = f.steps[i].take() {
                             s.end();
+                        }
+                        if f.from_user[i].take().is_some() {
+                            *user_inflight -= 1;
                         }
                         f.done += 1;
                         moved = true;
@@ -276,6 +292,7 @@ impl Drop for SendConn {
                 tracing::warn!(target: "cclkit::proxy", "{}: deregMr: {e}", self.label);
             }
         }
+        self.release_user();
     }
 }
 
@@ -297,12 +314,8 @@ pub struct RecvConn {
     strict: bool,
     /// A size mismatch was reported on this connection (WARN once per connection).
     size_warned: bool,
-}
-
-/// `CCLKIT_STRICT`, read once per process (the loader's rule: `1`, `true`, …).
-fn strict_from_env() -> bool {
-    static STRICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STRICT.get_or_init(|| cclkit_host::LoaderConfig::from_env().strict)
+    /// User buffers registered for receives straight into them.
+    user: UserMrs,
 }
 
 struct RecvFifo {
@@ -313,6 +326,10 @@ struct RecvFifo {
     posted: VecDeque<(Request, u64, usize)>,
     /// Wire sizes of ready slots and the request that filled them (for irecvConsumed).
     ready: Vec<(usize, Option<RequestId>, usize)>,
+    /// The user memory a slot's receive landed in instead of the slot, by slot.
+    landed: Vec<Option<usize>>,
+    /// Receive step events by slot (the `phandle`s of posted receives live here).
+    steps: crate::profile::RecvSlots,
     post: u64,
     done: u64,
     consume: u64,
@@ -332,46 +349,8 @@ impl RecvConn {
             place: Placement::host(),
             strict: strict_from_env(),
             size_warned: false,
+            user: UserMrs::default(),
         }
-    }
-
-    /// Judges the size the plugin's `test()` reported for a ready slot against the
-    /// `wire` bytes the schedule says were sent into it.
-    ///
-    /// NCCL (2.30 `src/transport/net.cc`, receive proxy) uses reported sizes only for
-    /// profiler events and to decide whether a GPU receive needs a flush; the data
-    /// itself is consumed by the size both sides agreed on. Real plugins rely on that:
-    /// a TCP plugin never writes the size, the UCX plugin reports the posted size. So
-    /// a mismatch is a WARN once per connection, naming the plugin and the call, and
-    /// the slice goes on with `wire` bytes (the data is still checked end to end);
-    /// under `CCLKIT_STRICT=1` it is an error.
-    pub fn reported_size(&mut self, p: &ProtoParams, got: usize, wire: usize) -> Result<()> {
-        if got == wire || (self.size_warned && !self.strict) {
-            return Ok(());
-        }
-        let (name, version) = self.comm.plugin();
-        let posted = p.slot_wire();
-        let what = format!(
-            "{}: plugin '{name}' (net v{version}) test() reported {got} bytes received where \
-             {wire} were expected (receive posted for {posted})",
-            self.label
-        );
-        if self.strict {
-            return Err(Error::invalid_usage(format!(
-                "CCLKIT_STRICT=1: {what}; if the plugin reports sizes correctly, the ranks \
-                 called different operations, counts or protocols"
-            )));
-        }
-        self.size_warned = true;
-        tracing::warn!(
-            target: "cclkit::proxy",
-            subsys = cclkit_abi::raw::common::subsys::NET,
-            "{what}. NCCL uses this size only for profiler events and the GPU flush \
-             decision, so cclkit goes on with the {wire} bytes expected and checks the data \
-             end to end (#wrong); CCLKIT_STRICT=1 makes this an error. Reported once per \
-             connection."
-        );
-        Ok(())
     }
 
     /// Keeps the FIFO slots where `place` says, flushing GPU receives when its
@@ -396,6 +375,8 @@ impl RecvConn {
             fifos[i] = Some(RecvFifo {
                 params: *p,
                 ready: vec![(0, None, 0); p.slots()],
+                landed: vec![None; p.slots()],
+                steps: crate::profile::RecvSlots::new(p.slots()),
                 slots,
                 mr: Some(mr),
                 posted: VecDeque::new(),
@@ -421,7 +402,8 @@ impl RecvConn {
             return Ok(None);
         }
         let i = (f.consume % f.params.slots() as u64) as usize;
-        Ok(Some((f.slots.slot(i).cast_const(), f.ready[i].0)))
+        let data = f.landed[i].map_or(f.slots.slot(i).cast_const(), |a| a as *const u8);
+        Ok(Some((data, f.ready[i].0)))
     }
 
     /// Frees the slot from [`slot_to_consume`](Self::slot_to_consume); tells the plugin
@@ -438,6 +420,8 @@ impl RecvConn {
         let f = Self::fifo(fifos, comm, label, place, p)?;
         let i = (f.consume % f.params.slots() as u64) as usize;
         let (_, id, n) = f.ready[i];
+        f.landed[i] = None;
+        f.steps.consumed(f.consume);
         f.consume += 1;
         if let Some(id) = id.filter(|_| *consumed_hook) {
             match comm.irecv_consumed(n, id) {
@@ -456,7 +440,7 @@ impl RecvConn {
     /// Posts receives for expected slices into free slots and tests posted ones.
     pub fn progress(&mut self) -> Result<bool> {
         let mut moved = false;
-        while let Some(&e) = self.expect.front() {
+        while let Some(e) = self.expect.front().cloned() {
             let p = e.params;
             let Self {
                 fifos,
@@ -465,6 +449,7 @@ impl RecvConn {
                 expect_posted,
                 peer,
                 place,
+                user,
                 ..
             } = self;
             let f = Self::fifo(fifos, comm, label, place, &p)?;
@@ -477,22 +462,41 @@ impl RecvConn {
                 break;
             }
             let wire = f.slots.slot_wire;
+            // A direct receive lands in the user buffer: single receives only, and
+            // only while the buffer is registered on this comm.
+            let direct = e.direct.filter(|_| e.group == 1).and_then(|d| {
+                let (addr, len) = d.slice(*expect_posted);
+                user.find(addr, len).map(|m| (addr, len, m))
+            });
             let mut bufs = Vec::with_capacity(k);
             for j in 0..k {
                 let slot = ((f.post + j as u64) % n) as usize;
                 let tag = if e.group > 1 { j as i32 } else { *peer };
-                bufs.push(RecvBuffer {
-                    data: f.slots.slot(slot),
-                    size: wire,
-                    tag,
-                    mr: f.mr.as_ref(),
+                bufs.push(match direct {
+                    Some((addr, len, m)) => RecvBuffer {
+                        data: addr as *mut u8,
+                        size: len,
+                        tag,
+                        mr: user.get(m),
+                    },
+                    None => RecvBuffer {
+                        data: f.slots.slot(slot),
+                        size: wire,
+                        tag,
+                        mr: f.mr.as_ref(),
+                    },
                 });
             }
             let optional = p.proto != Protocol::SIMPLE && k == 1;
+            let phs = f.steps.start(e.prof.as_ref(), f.post, *expect_posted, k);
             // SAFETY: the slots stay untouched until the request completes and the
-            // kernel consumed them.
-            match unsafe { comm.irecv(&bufs, optional) } {
+            // kernel consumed them; so do their step handles (`phs`) in `f.steps`.
+            match unsafe { comm.irecv_profiled(&bufs, optional, &phs) } {
                 Ok(Some(r)) => {
+                    if let Some((addr, ..)) = direct {
+                        f.landed[(f.post % n) as usize] = Some(addr);
+                    }
+                    f.steps.posted(f.post, k);
                     f.posted.push_back((r, f.post, k));
                     f.post += k as u64;
                     *expect_posted += k;
@@ -529,6 +533,7 @@ impl RecvConn {
                         for j in 0..k {
                             let slot = ((first + j as u64) % n) as usize;
                             let got = sizes.get(j).copied().unwrap_or(0);
+                            f.steps.received(first + j as u64);
                             if flush && reported > 0 {
                                 // Never past the slot, whatever the plugin reported.
                                 let got = got.min(f.slots.slot_wire);
@@ -547,6 +552,7 @@ impl RecvConn {
                                 }
                                 .map_err(|e| e.context(&label))?;
                             }
+                            f.steps.flushed(first + j as u64);
                             // The request's id travels with its last slot for irecvConsumed.
                             f.ready[slot] = (got, (j + 1 == k).then_some(id), k);
                         }
@@ -573,5 +579,6 @@ impl Drop for RecvConn {
                 tracing::warn!(target: "cclkit::proxy", "{}: deregMr: {e}", self.label);
             }
         }
+        self.release_user();
     }
 }

@@ -43,6 +43,9 @@
 //!   ├─ schedule: ring or tree prims per channel                        schedule
 //!   └─ proxy: each pass, per connection (fifo)                         proxy, fifo
 //!        irecv posted ahead ─ slice: recv ⊕ src ─► kernels ─► send slot
+//!        (direct prims, Simple protocol on host memory: irecv straight into the
+//!         user's output and isend straight from it, the user buffer registered
+//!         with regMr for the batch; `CCLKIT_DIRECT=0` stages through the slots)
 //!        └─ NetContext comms (cclkit-host adapter, any ABI version v6–v12)
 //!             └─ ncclNetPlugin_vN.isend / irecv / test ─► the wire
 //! ```

@@ -18,6 +18,11 @@ use super::op::{OpRef, UserBufs};
 use super::schedule::{self, Cut, Plan};
 use super::tune::{Decision, PatKind, pat_limit};
 
+/// Bytes the runtime copied while running primitives, by copy site (process-wide):
+/// snapshot [`copy_counts`] before and after an operation and subtract
+/// ([`CopyCounts::since`]) to see what it copied and what took a direct path.
+pub use super::schedule::copies::{CopyCounts, copy_counts};
+
 /// One collective of a group.
 #[derive(Clone, Copy, Debug)]
 struct Desc {

@@ -47,7 +47,14 @@ fn prim(
         src: src.map(|(buf, offset)| Span { buf, offset }),
         dst: dst.map(|(buf, offset)| Span { buf, offset }),
         combine,
+        direct: false,
     }
+}
+
+/// `p` on NCCL's direct paths (see [`Prim::direct`]).
+fn direct(mut p: Prim) -> Prim {
+    p.direct = true;
+    p
 }
 
 /// Largest power of two ≤ `n` (`n` ≥ 1).
@@ -231,30 +238,32 @@ pub fn halving_doubling(me: usize, n: usize, bytes: usize, elem: usize, piece: u
         folded = true;
     }
     // All-gather: undo the halving, sending what this rank holds and receiving the
-    // partner's half of the same window.
+    // partner's half of the same window. Direct: what a round sends is final and
+    // never written again, and what it receives is written once, by the partner's
+    // result, which can only come after the partner got this rank's share of it.
     for &(q, have, want) in steps.iter().rev() {
         let send: Vec<_> = pieces(have.0 * elem, (have.1 - have.0) * elem, piece).collect();
         let recv: Vec<_> = pieces(want.0 * elem, (want.1 - want.0) * elem, piece).collect();
         for i in 0..send.len().max(recv.len()) {
             if let Some(&(off, len)) = send.get(i) {
-                rest.push(prim(
+                rest.push(direct(prim(
                     len,
                     None,
                     Some(q),
                     Some((Buffer::Recv, off)),
                     None,
                     Combine::Copy { pre: false },
-                ));
+                )));
             }
             if let Some(&(off, len)) = recv.get(i) {
-                rest.push(prim(
+                rest.push(direct(prim(
                     len,
                     Some(q),
                     None,
                     None,
                     Some((Buffer::Recv, off)),
                     Combine::Copy { pre: false },
-                ));
+                )));
             }
         }
     }
@@ -314,6 +323,22 @@ mod tests {
                 check_matching(n, bytes, 4, 16);
             }
         }
+    }
+
+    #[test]
+    fn halving_doubling_direct_bytes_are_not_written_later() {
+        // `first` and `rest` run in this order on channel 0; in place the input is
+        // the output.
+        let mut checked = 0;
+        for n in 2..=8 {
+            for me in 0..n {
+                let (a, b, _) = halving_doubling(me, n, 4 * 37, 4, 12);
+                let plan = vec![a.into_iter().chain(b).collect::<Vec<_>>()];
+                checked += crate::schedule::tests::check_direct(&plan, None);
+                checked += crate::schedule::tests::check_direct(&plan, Some(0));
+            }
+        }
+        assert!(checked > 100, "only {checked} direct primitives checked");
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl Comm {
         let tuning = Self::tuning_for(config, registry, &peers, &ring, comm_id(id), &devices)?;
         let gpu_pci = device.gpu_pci_path();
         let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
-        let proxy = Proxy::start_on(rank, device.compute()?)?;
+        let proxy = Proxy::start_on(rank, device.compute()?, config.direct)?;
         let profile = crate::profile::Profile::init(comm_id(id), ring.hosts, nranks, rank);
         let comm = Self {
             rank,

@@ -11,7 +11,10 @@ use crate::device::compute::DevCompute;
 use crate::error::{Error, Result};
 use crate::fifo::{Expect, RecvConn, SendConn};
 use crate::protocol::{decode, encode};
+use crate::schedule::copies::{Site, add as count};
 use crate::schedule::{Buffer, Combine, Link, LinkClass, combine};
+
+mod direct;
 
 pub(super) struct Active {
     batch: Batch,
@@ -55,6 +58,8 @@ pub(super) struct Engine {
     pub(super) scratch: Vec<Vec<u8>>,
     /// The device's work queue on a device communicator.
     pub(super) dev: Option<DevCompute>,
+    /// NCCL's direct paths allowed (`Config::direct`, `CCLKIT_DIRECT`).
+    pub(super) direct: bool,
 }
 
 pub(super) fn slices(len: usize, slice: usize) -> usize {
@@ -91,18 +96,25 @@ impl Engine {
                 self.rank
             )));
         }
-        for step in batch.channels.iter().flatten() {
-            for l in &step.prim.recv {
+        self.register_direct_sends(&batch);
+        let steps = batch.channels.iter().enumerate();
+        for (ch, pi, step) in
+            steps.flat_map(|(ch, s)| s.iter().enumerate().map(move |(pi, st)| (ch, pi, st)))
+        {
+            for (k, l) in step.prim.recv.iter().enumerate() {
                 let group = if l.class == LinkClass::P2p {
                     batch.group
                 } else {
                     1
                 };
+                let direct = self.direct_recv(&batch, &batch.ops[step.op], &step.prim, l, group);
                 if let Some(c) = self.recv.get_mut(l) {
                     c.expect(Expect {
                         params: batch.params,
                         count: slices(step.prim.len, batch.slice),
                         group,
+                        prof: batch.prof.as_ref().and_then(|ev| ev.recv_run(ch, pi, k)),
+                        direct,
                     });
                 }
             }
@@ -166,8 +178,12 @@ impl Engine {
             }
             finished &= a.cursor[ch].0 >= a.batch.channels[ch].len();
         }
-        if !finished {
+        // A batch ends once its sends from user buffers completed too: the caller may
+        // reuse the buffers as soon as it returns.
+        if !finished || !self.direct_idle() {
             self.active = Some(a);
+        } else {
+            self.release_direct();
         }
         Ok(sliced)
     }
@@ -267,6 +283,7 @@ impl Engine {
                 buf.resize(len, 0);
                 decode(p.proto, w, buf, flag)
                     .map_err(|e| e.context(format!("rank {}: from rank {}", self.rank, l.peer)))?;
+                count(Site::Decode, len);
             } else {
                 data_ins[i] = w;
             }
@@ -297,30 +314,70 @@ impl Engine {
         let overlaps = |a: *const u8, b: *const u8| {
             (a as usize) < b as usize + len && (b as usize) < a as usize + len
         };
-        // Where the result is computed: straight into the destination or the one send
-        // slot when that is safe (Simple, no overlap with the input), else scratch.
-        let direct: Option<*mut u8> = match (p.proto, dst, outs) {
-            (Protocol::SIMPLE, Some(d), _) if src.is_none_or(|s| !overlaps(s, d)) => Some(d),
-            (Protocol::SIMPLE, None, [o]) => Some(*o),
-            _ => None,
-        };
         let trivial_copy =
             matches!(prim.combine, Combine::Copy { pre: false }) && prim.recv.is_empty();
-        let out_ptr: *const u8 = match direct {
-            Some(d) if !(trivial_copy && src == Some(d)) => {
+        // Direct paths (see `direct`): the receive already landed in `dst`, and/or the
+        // sends leave from the user buffer holding the result (`dst`, or the input of
+        // a plain copy) when every send connection has it registered.
+        let landed = nr == 1 && dst.is_some_and(|d| std::ptr::eq(ins[0].0, d));
+        // (A device communicator returned above: this is the host path.)
+        let send_from: Option<*const u8> = (ns > 0 && direct::eligible(self.direct, b, prim))
+            .then(|| dst.or(src.filter(|_| direct::plain_copy(prim))))
+            .flatten()
+            .map(|f| f.cast_const())
+            .filter(|&f| {
+                prim.send
+                    .iter()
+                    .all(|l| self.send.get(l).is_some_and(|c| c.covers(f, len)))
+            });
+        // Where the result is computed: straight into the destination or the one send
+        // slot when that is safe (Simple, no overlap with the input), else scratch.
+        let target: Option<*mut u8> = match (p.proto, dst, outs) {
+            (Protocol::SIMPLE, Some(d), _) if src.is_none_or(|s| !overlaps(s, d)) => Some(d),
+            (Protocol::SIMPLE, None, [o]) if send_from.is_none() => Some(*o),
+            _ => None,
+        };
+        let out_ptr: *const u8 = match (target, src) {
+            // The received bytes are the result and already in place.
+            _ if landed => {
+                if !matches!(prim.combine, Combine::Copy { .. }) {
+                    return Err(Error::internal(
+                        "a direct receive into a reducing primitive",
+                    ));
+                }
+                count(Site::DirectRecv, len);
+                ins[0].0
+            }
+            // A plain copy onto itself (in place), or sent from its input: the input
+            // is the result.
+            (_, Some(s))
+                if trivial_copy && (dst == Some(s) || send_from == Some(s.cast_const())) =>
+            {
+                s
+            }
+            (Some(d), _) => {
                 // SAFETY: `d` is `len` writable bytes disjoint from every input (checked).
                 let out = unsafe { std::slice::from_raw_parts_mut(d, len) };
                 combine(prim.combine, &op.red, src_slice, data_ins, out)?;
+                count(compute_site(prim), len);
                 d
             }
-            Some(d) => d, // in-place copy onto itself
-            None => {
+            (None, _) => {
                 let out = &mut scratch_out[0];
                 out.resize(len, 0);
                 combine(prim.combine, &op.red, src_slice, data_ins, out)?;
+                count(compute_site(prim), len);
                 out.as_ptr()
             }
         };
+        if let Some(d) = dst
+            && !std::ptr::eq(d, out_ptr)
+        {
+            // SAFETY: `d` is `len` writable user bytes; `out_ptr` holds the `len`
+            // result bytes elsewhere (slot or scratch).
+            unsafe { std::ptr::copy(out_ptr, d, len) };
+            count(Site::ToDst, len);
+        }
         // SAFETY: `out_ptr` holds `len` result bytes (destination, slot or scratch).
         let result = unsafe { std::slice::from_raw_parts(out_ptr, len) };
         for (k, (o, l)) in outs.iter().zip(&prim.send).enumerate() {
@@ -328,25 +385,26 @@ impl Engine {
                 .send
                 .get_mut(l)
                 .ok_or_else(|| Error::internal("send connection vanished"))?;
+            let tag = (l.class == LinkClass::P2p && b.group > 1).then_some((si % b.group) as i32);
+            // The slice's send step follows its data into the slot (one branch
+            // without a profiler).
+            let ps = b.prof.as_ref().and_then(|ev| ev.hand_over_send(ch, k));
+            if let Some(from) = send_from {
+                // Simple: the wire bytes are the data bytes, in the user buffer.
+                c.filled_from(p, from, wire, tag, ps)?;
+                count(Site::DirectSend, len);
+                continue;
+            }
             let used = if std::ptr::eq(*o, out_ptr) {
                 wire
             } else {
                 let flag = c.sequence(p.proto) as u32;
                 // SAFETY: a free slot of at least `wire` bytes (checked above).
                 let slot = unsafe { std::slice::from_raw_parts_mut(*o, wire) };
+                count(Site::SendSlot, len);
                 encode(p.proto, result, slot, flag)
             };
-            let tag = (l.class == LinkClass::P2p && b.group > 1).then_some((si % b.group) as i32);
-            // The slice's send step follows its data into the slot (one branch
-            // without a profiler).
-            let ps = b.prof.as_ref().and_then(|ev| ev.hand_over_send(ch, k));
             c.filled(p, used, tag, ps)?;
-        }
-        if let Some(d) = dst
-            && !std::ptr::eq(d, out_ptr)
-        {
-            // SAFETY: `d` is `len` writable user bytes; `result` is elsewhere.
-            unsafe { std::ptr::copy(out_ptr, d, len) };
         }
         for l in &prim.recv {
             self.recv
@@ -355,5 +413,14 @@ impl Engine {
                 .consumed(p)?;
         }
         Ok(true)
+    }
+}
+
+/// The copy site of a primitive's computation.
+fn compute_site(prim: &crate::schedule::Prim) -> Site {
+    match prim.combine {
+        Combine::Reduce { .. } => Site::Reduce,
+        Combine::Copy { .. } if prim.recv.is_empty() => Site::SrcCopy,
+        Combine::Copy { .. } => Site::RecvCopy,
     }
 }

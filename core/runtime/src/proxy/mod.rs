@@ -60,6 +60,8 @@ struct Shared {
     abort: AtomicBool,
     stop: AtomicBool,
     failed: Mutex<Option<Error>>,
+    /// ProxyCtrl events (nothing until a batch brings a profiler).
+    ctrl: crate::profile::Ctrl,
 }
 
 impl Shared {
@@ -100,8 +102,9 @@ pub struct Proxy {
 impl Proxy {
     /// Starts the engine and its background thread `cclkit-proxy-<rank>`; on a device
     /// communicator `dev` runs each slice's reductions and copies with the device
-    /// kernels (`None`: on the host).
-    pub fn start_on(rank: usize, dev: Option<DevCompute>) -> Result<Self> {
+    /// kernels (`None`: on the host); `direct` allows NCCL's direct paths on host
+    /// memory (`CCLKIT_DIRECT`, see `engine/direct.rs`).
+    pub fn start_on(rank: usize, dev: Option<DevCompute>, direct: bool) -> Result<Self> {
         let shared = Arc::new(Shared {
             rank,
             engine: Mutex::new(Engine {
@@ -111,10 +114,12 @@ impl Proxy {
                 active: None,
                 scratch: Vec::new(),
                 dev,
+                direct,
             }),
             abort: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
+            ctrl: crate::profile::Ctrl::default(),
         });
         let bg = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -154,8 +159,13 @@ impl Proxy {
         }
         let start = Instant::now();
         let mut eng = sh.engine();
+        let append = sh.ctrl.append(batch.prof.as_ref());
+        let appended = batch.prof.as_ref().map_or(0, |p| p.proxy_ops());
         eng.admit(batch)?;
+        append.end(appended);
         let mut wait = Backoff::new();
+        // ProxyCtrl Idle/Active: only the changes are reported, as NCCL does.
+        let mut idle = true;
         let result = loop {
             if sh.abort.load(Ordering::Acquire) {
                 break Err(sh.fail(Error::invalid_usage(format!(
@@ -165,6 +175,10 @@ impl Proxy {
             }
             match eng.progress() {
                 Ok(moved) => {
+                    if moved == idle {
+                        idle = !moved;
+                        sh.ctrl.transition(idle);
+                    }
                     if eng.active.is_none() {
                         break Ok(());
                     }
@@ -186,8 +200,13 @@ impl Proxy {
             wait.pause();
         };
         // The batch's buffers are not referenced past this point (sends were copied
-        // into FIFO slots); drop it before anything else can fail.
+        // into FIFO slots, or sent straight from them and completed before the batch
+        // ended; a failed batch fails the communicator); drop it before anything else
+        // can fail.
         eng.active = None;
+        if !idle {
+            sh.ctrl.transition(true);
+        }
         result?;
         // Push out what the peers still wait for: post every filled slot now, and keep
         // completing sends while they complete quickly. A send that needs the peer to
@@ -244,6 +263,8 @@ const FLUSH_SPINS: u32 = 200;
 /// sleeps while callers drive the engine or nothing is pending.
 fn background(sh: &Shared) {
     let mut wait = Backoff::new();
+    // The open ProxyCtrl Sleep event (Wakeup when dropped).
+    let mut sleep = None;
     while !sh.stop.load(Ordering::Acquire) {
         let busy = match sh.engine.try_lock() {
             Ok(mut eng) if sh.error().is_none() && !eng.sends_idle() => {
@@ -260,8 +281,12 @@ fn background(sh: &Shared) {
             _ => false,
         };
         if busy {
+            sleep = None;
             wait.pause();
         } else {
+            if sleep.is_none() {
+                sleep = sh.ctrl.sleep();
+            }
             wait.reset();
             std::thread::park_timeout(Duration::from_millis(20));
         }

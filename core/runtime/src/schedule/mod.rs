@@ -88,6 +88,14 @@ pub struct Prim {
     pub dst: Option<Span>,
     /// How inputs combine.
     pub combine: Combine,
+    /// NCCL's direct paths: the engine may let a receive land straight in `dst`
+    /// and send straight from `dst` (or from `src`, for a plain copy) instead of
+    /// staging through FIFO slots. Only a schedule can promise what that needs: no
+    /// later primitive of the plan (and none on another channel) writes those bytes,
+    /// so a send in flight never sees them change; and the data received can only
+    /// arrive after every earlier primitive touching them ran (it depends on what
+    /// this rank sent), so a receive posted ahead never lands early.
+    pub direct: bool,
 }
 
 impl Prim {
@@ -99,6 +107,7 @@ impl Prim {
             src: None,
             dst: None,
             combine: Combine::Copy { pre: false },
+            direct: false,
         }
     }
     fn src(mut self, buf: Buffer, offset: usize) -> Self {
@@ -119,6 +128,10 @@ impl Prim {
     }
     fn combine(mut self, c: Combine) -> Self {
         self.combine = c;
+        self
+    }
+    fn direct(mut self) -> Self {
+        self.direct = true;
         self
     }
 }
@@ -261,18 +274,29 @@ pub fn ring_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
                 .recv([prev])
                 .send([next])
                 .dst(Buffer::Recv, at(0))
-                .combine(Combine::Reduce { finish: true }),
+                .combine(Combine::Reduce { finish: true })
+                .direct(),
         );
+        // The all-gather phase: every output chunk is written once, by the fully
+        // reduced data that can only arrive after this rank's contribution to it left
+        // (in place, its input is read before). So receives land in the output and
+        // forwards leave from it, as MPI does, with no copy through FIFO slots.
         for j in 1..n - 1 {
             let k = n - j;
             p.push(
                 Prim::new(len(k))
                     .recv([prev])
                     .send([next])
-                    .dst(Buffer::Recv, at(k)),
+                    .dst(Buffer::Recv, at(k))
+                    .direct(),
             );
         }
-        p.push(Prim::new(len(1)).recv([prev]).dst(Buffer::Recv, at(1)));
+        p.push(
+            Prim::new(len(1))
+                .recv([prev])
+                .dst(Buffer::Recv, at(1))
+                .direct(),
+        );
     });
     drop_empty(plan)
 }
@@ -403,15 +427,21 @@ pub fn ring_all_gather(s: &Shape, bytes: usize, cut: Cut) -> Plan {
         let (next, prev) = ring_links(s, ch);
         let p = &mut plan[ch];
         let at = |rank: usize| rank * bytes + off;
+        // Every rank's block of the output is written once (its own block by the
+        // first primitive, the others by one receive each): all direct.
         p.push(
             Prim::new(len)
                 .src(Buffer::Send, off)
                 .dst(Buffer::Recv, at(s.rank))
-                .send((n > 1).then_some(next)),
+                .send((n > 1).then_some(next))
+                .direct(),
         );
         for k in 1..n {
             let owner = s.ring.before(k);
-            let prim = Prim::new(len).recv([prev]).dst(Buffer::Recv, at(owner));
+            let prim = Prim::new(len)
+                .recv([prev])
+                .dst(Buffer::Recv, at(owner))
+                .direct();
             p.push(if k < n - 1 { prim.send([next]) } else { prim });
         }
     });
@@ -499,8 +529,9 @@ fn drop_empty(plan: Plan) -> Plan {
         .collect()
 }
 
+pub mod copies;
 mod p2p;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use p2p::{P2pOp, p2p, p2p_collective};

@@ -381,3 +381,70 @@ fn p2p_self_send_must_match() {
         .is_err()
     );
 }
+
+/// The promise behind [`Prim::direct`] that a plan shows, for every direct schedule,
+/// in and out of place (in place the input is a range of the output): no primitive
+/// after a direct one on its channel, and none on another channel, writes the bytes
+/// it receives into or sends from.
+#[test]
+fn direct_bytes_are_not_written_later() {
+    let mut checked = 0;
+    for n in [1, 2, 3, 4, 5, 8] {
+        let sh = shapes(n, 2);
+        for bytes in [4usize, 52, 388, 4000] {
+            for (channels, chunk, _) in CUTS {
+                let cut = Cut {
+                    channels,
+                    chunk,
+                    elem: 4,
+                };
+                for s in &sh {
+                    let ar = ring_all_reduce(s, bytes, cut);
+                    let ag = ring_all_gather(s, bytes, cut);
+                    for (plan, base) in [(ar, 0), (ag, s.rank * bytes)] {
+                        for in_place in [None, Some(base)] {
+                            checked += check_direct(&plan, in_place);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "only {checked} direct primitives checked");
+}
+
+/// Checks the direct primitives of `plan` (in place: the input starts at byte
+/// `Some(base)` of the output); returns how many there were.
+pub(crate) fn check_direct(plan: &Plan, in_place: Option<usize>) -> usize {
+    let range = |s: Span, len: usize| match (s.buf, in_place) {
+        (Buffer::Recv, _) => Some((s.offset, s.offset + len)),
+        (Buffer::Send, Some(base)) => Some((base + s.offset, base + s.offset + len)),
+        (Buffer::Send, None) => None,
+    };
+    let overlap = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
+    let mut checked = 0;
+    for (ch, prims) in plan.iter().enumerate() {
+        for (i, p) in prims.iter().enumerate().filter(|(_, p)| p.direct) {
+            let from = p.src.filter(|_| p.recv.is_empty() && p.dst.is_none());
+            let touched = [p.dst, from].into_iter().flatten();
+            for m in touched.filter_map(|sp| range(sp, p.len)) {
+                for (ch2, other) in plan.iter().enumerate() {
+                    let later = other
+                        .iter()
+                        .enumerate()
+                        .filter(|&(j, _)| ch2 != ch || j > i);
+                    for (j, q) in later {
+                        if let Some(w) = q.dst.and_then(|d| range(d, q.len)) {
+                            assert!(
+                                !overlap(m, w),
+                                "channel {ch} prim {i} ({m:?}) written by channel {ch2} prim {j}"
+                            );
+                        }
+                    }
+                }
+            }
+            checked += 1;
+        }
+    }
+    checked
+}
