@@ -51,6 +51,7 @@ fn every_bad_runtime_value_is_refused_naming_its_variable() {
         ("NCCL_IB_TC", "abc"),
         ("CCLKIT_TRAFFIC_CLASS", "1e3"),
         ("CCLKIT_GROUPED_RECV", "-1"),
+        ("CCLKIT_DIRECT", "maybe"),
         ("CCLKIT_TUNER_REPORT", "abc"),
         ("CCLKIT_STRICT", "abc"),
         ("CCLKIT_DEVICE", "x"),

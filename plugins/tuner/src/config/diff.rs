@@ -1,17 +1,18 @@
 //! Semantic difference of two rule sets: where, in the space of (collective, size,
 //! nodes, ranks, numPipeOps, regBuff), they decide differently.
 //!
-//! The space is cut at every boundary either set mentions, so each cell is decided
-//! by one rule (or none) on each side; neighbouring size cells with the same two
-//! outcomes are merged. Decisions assume NCCL supports what a rule selects (the
-//! plugin would try the next rule otherwise, which depends on the call).
+//! The space is cut only where either side's decision changes (see `partition`),
+//! so each region is decided by one rule (or none) on each side; neighbouring
+//! regions with the same two outcomes are then joined. Decisions assume NCCL
+//! supports what a rule selects (the plugin would try the next rule otherwise,
+//! which depends on the call).
 
 use std::fmt;
 
 use cclkit_abi::raw::common::{Algorithm, Func, Protocol};
 
-use super::names;
-use super::{Interval, Query, Rule, RuleSet};
+use super::partition;
+use super::{Interval, RuleSet, names};
 
 /// What one side decides in a cell.
 #[derive(Debug, Clone, Copy)]
@@ -106,149 +107,119 @@ impl fmt::Display for Difference {
     }
 }
 
-/// Cells along one dimension: cut at every `lo` and `hi + 1` of either set.
-fn classes(a: &RuleSet, b: &RuleSet, dim: fn(&Rule) -> Interval, floor: u64) -> Vec<Interval> {
-    let mut cuts = vec![floor];
-    for r in a.rules.iter().chain(&b.rules) {
-        let iv = dim(r);
-        if iv.is_empty() {
-            continue;
-        }
-        cuts.push(iv.lo.max(floor));
-        if iv.hi < u64::MAX {
-            cuts.push((iv.hi + 1).max(floor));
-        }
-    }
-    cuts.sort_unstable();
-    cuts.dedup();
-    cuts.iter()
-        .enumerate()
-        .map(|(i, &lo)| Interval::new(lo, cuts.get(i + 1).map_or(u64::MAX, |n| n - 1)))
-        .collect()
+/// What one diff cost, for tests and `cclkit tune`: the work is counted, not timed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiffStats {
+    /// Boxes of the space partition visited.
+    pub boxes: u64,
+    /// Rules looked at, summed over the boxes (each box looks at its rules a fixed
+    /// number of times).
+    pub rule_visits: u64,
+    /// Whether the diff stopped at its work or region limit
+    /// ([`MAX_DIFF_RULE_VISITS`], [`MAX_DIFF_REGIONS`]): the regions are then only
+    /// part of the answer.
+    pub truncated: bool,
 }
 
-fn outcome(rules: &[&Rule], q: &Query) -> Option<Outcome> {
-    let main = rules.iter().find(|r| r.acts_on_coll_info() && r.matches(q));
-    let (algorithm, protocol) = main.map_or((None, None), |r| (r.algorithm, r.protocol));
-    // The chunk rule NCCL would consult after this choice.
-    let chunk = rules.iter().find(|r| {
-        r.chunk_size.is_some()
-            && r.matches(q)
-            && r.algorithm.is_none_or(|x| Some(x) == algorithm)
-            && r.protocol.is_none_or(|x| Some(x) == protocol)
-    });
-    if main.is_none() && chunk.is_none() {
-        return None;
-    }
-    Some(Outcome {
-        algorithm,
-        protocol,
-        channels: main.and_then(|r| r.channels),
-        chunk_size: chunk.and_then(|r| r.chunk_size),
-        line: main.or(chunk).map_or(0, |r| r.line),
-    })
-}
+/// Most rule visits one diff spends before it stops, truncated.
+pub const MAX_DIFF_RULE_VISITS: u64 = partition::MAX_RULE_VISITS;
 
-/// Where `a` and `b` decide differently, by collective, then nodes, ranks, pipe
-/// ops, regBuff and size.
+/// Most regions one diff reports before it stops, truncated.
+pub const MAX_DIFF_REGIONS: usize = partition::MAX_REGIONS;
+
+/// Where `a` and `b` decide differently, ordered by collective, then nodes, ranks,
+/// pipe ops, regBuff and size. Regions are disjoint; a region with `reg_buff:
+/// None` holds for both values. See [`diff_with_stats`] for the cost and whether
+/// the limits cut the answer short.
 pub fn diff(a: &RuleSet, b: &RuleSet) -> Vec<Difference> {
-    let nodes = classes(a, b, |r| r.nodes, 1);
-    let ranks = classes(a, b, |r| r.ranks, 1);
-    let pipes = classes(a, b, |r| r.pipe_ops, 1);
-    let regs: Vec<Option<bool>> = if a.rules.iter().chain(&b.rules).any(|r| r.reg_buff.is_some()) {
-        vec![Some(false), Some(true)]
-    } else {
-        vec![None]
-    };
-    let mut out: Vec<Difference> = Vec::new();
+    diff_with_stats(a, b).0
+}
+
+/// [`diff()`] with what it cost.
+pub fn diff_with_stats(a: &RuleSet, b: &RuleSet) -> (Vec<Difference>, DiffStats) {
+    let mut stats = DiffStats::default();
+    let mut out = Vec::new();
     for func in (0..5).map(Func) {
-        let fa: Vec<&Rule> = a
-            .rules
-            .iter()
-            .filter(|r| r.collectives.contains(func))
-            .collect();
-        let fb: Vec<&Rule> = b
-            .rules
-            .iter()
-            .filter(|r| r.collectives.contains(func))
-            .collect();
-        if fa.is_empty() && fb.is_empty() {
-            continue;
-        }
-        for nn in &nodes {
-            for nr in ranks.iter().filter(|r| r.hi >= nn.lo) {
-                let shape = |r: &&&Rule| r.matches_comm(nn.lo, nr.lo);
-                let sa: Vec<&Rule> = fa.iter().filter(shape).copied().collect();
-                let sb: Vec<&Rule> = fb.iter().filter(shape).copied().collect();
-                if sa.is_empty() && sb.is_empty() {
-                    continue;
-                }
-                for np in &pipes {
-                    for &reg in &regs {
-                        cell_diffs(&sa, &sb, func, *nn, *nr, *np, reg, &mut out);
+        partition::regions(a, b, func, &mut stats, &mut out);
+    }
+    (join(out), stats)
+}
+
+/// The axes of a region, in output order (regBuff `None` is 0..=1).
+fn axes(d: &Difference) -> [Interval; 5] {
+    let reg = match d.reg_buff {
+        None => Interval::new(0, 1),
+        Some(b) => Interval::exact(u64::from(b)),
+    };
+    [d.nodes, d.ranks, d.pipe_ops, reg, d.bytes]
+}
+
+fn set_axis(d: &mut Difference, axis: usize, iv: Interval) {
+    match axis {
+        0 => d.nodes = iv,
+        1 => d.ranks = iv,
+        2 => d.pipe_ops = iv,
+        3 => d.reg_buff = partition::reg_of(iv),
+        _ => d.bytes = iv,
+    }
+}
+
+type Decision = Option<(
+    Option<Algorithm>,
+    Option<Protocol>,
+    Option<u32>,
+    Option<u64>,
+)>;
+
+fn decision(o: &Option<Outcome>) -> Decision {
+    o.map(|o| (o.algorithm, o.protocol, o.channels, o.chunk_size))
+}
+
+/// Sort key: collective, decisions, every axis but `axis`, then `axis`, so that
+/// regions that can be joined along `axis` end up next to each other.
+fn along(d: &Difference, axis: usize) -> (Func, Decision, Decision, [(u64, u64); 5]) {
+    let a = axes(d);
+    let mut k = [(0, 0); 5];
+    let others = (0..5).filter(|&i| i != axis).chain([axis]);
+    for (slot, i) in k.iter_mut().zip(others) {
+        *slot = (a[i].lo, a[i].hi);
+    }
+    (d.collective, decision(&d.before), decision(&d.after), k)
+}
+
+/// Joins neighbouring regions with the same two decisions, along size first, then
+/// the other axes, twice (each pass is a sort, O(k log k)); the result is in output
+/// order.
+fn join(mut v: Vec<Difference>) -> Vec<Difference> {
+    // Two rounds take random rule sets within 1% of a fixed point (measured on
+    // the families of tests/diff_partition.rs); more cost a sort each for little.
+    for _ in 0..2 {
+        let before = v.len();
+        for axis in [4, 0, 1, 2, 3] {
+            v.sort_by_cached_key(|d| along(d, axis));
+            let mut out: Vec<Difference> = Vec::with_capacity(v.len());
+            for d in v {
+                if let Some(last) = out.last_mut() {
+                    let (l, n) = (axes(last), axes(&d));
+                    let joinable = last.collective == d.collective
+                        && decision(&last.before) == decision(&d.before)
+                        && decision(&last.after) == decision(&d.after)
+                        && (0..5).all(|i| i == axis || l[i] == n[i])
+                        && l[axis].hi != u64::MAX
+                        && l[axis].hi + 1 == n[axis].lo;
+                    if joinable {
+                        set_axis(last, axis, Interval::new(l[axis].lo, n[axis].hi));
+                        continue;
                     }
                 }
+                out.push(d);
             }
+            v = out;
+        }
+        if v.len() == before {
+            break;
         }
     }
-    out
-}
-
-#[allow(clippy::too_many_arguments)]
-fn cell_diffs(
-    sa: &[&Rule],
-    sb: &[&Rule],
-    func: Func,
-    nodes: Interval,
-    ranks: Interval,
-    pipe_ops: Interval,
-    reg_buff: Option<bool>,
-    out: &mut Vec<Difference>,
-) {
-    let mut cuts = vec![0u64];
-    for r in sa.iter().chain(sb) {
-        if r.bytes.is_empty() {
-            continue;
-        }
-        cuts.push(r.bytes.lo);
-        if r.bytes.hi < u64::MAX {
-            cuts.push(r.bytes.hi + 1);
-        }
-    }
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut open: Option<Difference> = None;
-    for (i, &lo) in cuts.iter().enumerate() {
-        let hi = cuts.get(i + 1).map_or(u64::MAX, |n| n - 1);
-        let q = Query {
-            func,
-            n_bytes: lo,
-            n_nodes: nodes.lo,
-            n_ranks: ranks.lo,
-            num_pipe_ops: i32::try_from(pipe_ops.lo).unwrap_or(i32::MAX),
-            reg_buff: Some(reg_buff.unwrap_or(false)),
-        };
-        let (before, after) = (outcome(sa, &q), outcome(sb, &q));
-        if before == after {
-            out.extend(open.take());
-            continue;
-        }
-        match &mut open {
-            Some(d) if d.before == before && d.after == after => d.bytes.hi = hi,
-            _ => {
-                out.extend(open.take());
-                open = Some(Difference {
-                    collective: func,
-                    bytes: Interval::new(lo, hi),
-                    nodes,
-                    ranks,
-                    pipe_ops,
-                    reg_buff,
-                    before,
-                    after,
-                });
-            }
-        }
-    }
-    out.extend(open);
+    v.sort_by_key(|d| (d.collective, axes(d).map(|i| i.lo)));
+    v
 }

@@ -22,10 +22,13 @@ use cclkit_abi::raw::common::{Algorithm, Func, Protocol};
 mod csv;
 pub mod diff;
 pub mod names;
+mod partition;
 mod size;
 mod toml;
 
-pub use diff::{Difference, Outcome, diff};
+pub use diff::{
+    DiffStats, Difference, MAX_DIFF_REGIONS, MAX_DIFF_RULE_VISITS, Outcome, diff, diff_with_stats,
+};
 pub use size::{Interval, IntervalDisplay, format_size, parse_interval, parse_size};
 
 use crate::hw::{Arch, IntraLink};

@@ -19,6 +19,7 @@ pub mod launch;
 pub mod options;
 pub mod output;
 pub mod place;
+mod preflight;
 mod profile;
 
 use colls::{Case, Coll, Slot};
@@ -204,17 +205,27 @@ pub fn run(a: &PerfArgs) -> ExitCode {
         }
     }
     let launched = match world::detect() {
-        Ok(l) => l.is_some(),
+        Ok(l) => l,
         Err(e) => {
             eprintln!("cclkit perf: {e}");
             return ExitCode::from(2);
         }
     };
-    if !launched {
+    if let Some(code) = preflight::child(launched.as_ref().map_or(a.np, |l| l.nranks)) {
+        return code;
+    }
+    let Some(launched) = launched else {
         // Every local run, one rank included, runs its ranks in child processes: a
         // plugin that crashes, hangs or ends the process in its constructor then
         // becomes a failed rank, never a silent exit 0.
         return launch::run(a.np);
+    };
+    // Under any launcher, mpirun and srun included: a plugin that ends, crashes or
+    // hangs its process fails this rank loudly instead of passing as exit 0.
+    if let Err(e) = preflight::enabled().and_then(|on| if on { preflight::run() } else { Ok(()) }) {
+        eprintln!("cclkit perf: rank {}: {e}", launched.rank);
+        world::report_result(1);
+        return ExitCode::from(preflight::FAILED);
     }
     let code = run_rank(a, &plan);
     // The launcher counts a rank that exits 0 without this as failed.
@@ -300,6 +311,17 @@ fn device_line(comm: &Comm) -> String {
     )
 }
 
+/// Where this run's buffers live, for the header's first line.
+fn buffers_note(comm: &Comm) -> &'static str {
+    if !comm.device().is_cuda() {
+        "no GPUs: host buffers over the net plugin"
+    } else if crate::standin::active_in(&|k| std::env::var_os(k)).is_some() {
+        "CUDA device buffers on cclkit's host-memory CUDA stand-in: no GPU, no speed claim"
+    } else {
+        "CUDA device buffers"
+    }
+}
+
 /// The CPU this thread is pinned to, if its affinity is a single CPU.
 fn pinned_cpu() -> Option<usize> {
     // SAFETY: `set` is a plain bit mask the kernel fills; its size is passed along.
@@ -347,7 +369,7 @@ fn bench(comm: &Comm, a: &PerfArgs, plan: &Plan) -> Result<u64> {
     let mut out = Out {
         print: me == 0 && !json_only,
     };
-    out.put(&output::header(&cfg, &devices));
+    out.put(&output::header(&cfg, buffers_note(comm), &devices));
     if let Ok(note) = std::env::var(LAUNCHER_ENV) {
         out.put(&format!("# --np set {note}\n"));
     }

@@ -91,14 +91,15 @@ pub struct Config {
     pub average: u8,
 }
 
-/// The header lines up to the device list.
-pub fn header(cfg: &Config, devices: &[String]) -> String {
+/// The header lines up to the device list; `buffers` says where the data lives
+/// (host memory, a GPU, or the CUDA stand-in), so no output misstates it.
+pub fn header(cfg: &Config, buffers: &str, devices: &[String]) -> String {
     let (step, kind) = match cfg.step_factor {
         Some(f) => (f, "factor"),
         None => (cfg.step_bytes.unwrap_or(0), "bytes"),
     };
     let mut s = format!(
-        "# cclkit perf {} (nccl-tests output format; no GPUs: host buffers over the net plugin)\n",
+        "# cclkit perf {} (nccl-tests output format; {buffers})\n",
         env!("CARGO_PKG_VERSION")
     );
     s += &format!(

@@ -7,7 +7,8 @@
 //!   `tune show` for one communicator shape over a size sweep, and the sizes where the
 //!   runtime would run differently are printed as ranges of the sampled sizes.
 //!
-//! Exit status as `diff(1)`: 0 same, 1 different, 2 trouble.
+//! Exit status as `diff(1)`: 0 same, 1 different, 2 trouble (including a rule-file
+//! comparison cut short by its work bound, `config::MAX_DIFF_RULE_VISITS`).
 
 use std::process::ExitCode;
 
@@ -69,8 +70,9 @@ fn rules(a: &DiffArgs, pa: &std::path::Path, pb: &std::path::Path) -> Result<usi
     let ra = read_rules(pa)?;
     let rb = read_rules(pb)?;
     let colls = a.sweep.colls_or(all_colls());
+    let (found, stats) = config::diff_with_stats(&ra.rules, &rb.rules);
     let regions = merge(
-        config::diff(&ra.rules, &rb.rules)
+        found
             .into_iter()
             .filter(|d| colls.contains(&d.collective))
             .filter(|d| a.nranks.is_none_or(|n| d.ranks.contains(n as u64)))
@@ -88,6 +90,16 @@ fn rules(a: &DiffArgs, pa: &std::path::Path, pb: &std::path::Path) -> Result<usi
         for d in &regions {
             println!("{d}");
         }
+    }
+    if stats.truncated {
+        // A cut-short answer must never look complete: say so and exit 2 (trouble).
+        return Err(format!(
+            "the comparison stopped early (more than {} rule visits or {} regions): \
+             the regions above are only part of the answer; compare smaller files \
+             (for example one collective's rules at a time)",
+            config::MAX_DIFF_RULE_VISITS,
+            config::MAX_DIFF_REGIONS
+        ));
     }
     Ok(regions.len())
 }

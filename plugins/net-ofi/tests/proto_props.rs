@@ -1,0 +1,243 @@
+//! Property tests of what arrives from a peer, seeded random bytes: the listen
+//! handle NCCL carries from the other rank, the connect request and its reply.
+//! Arbitrary bytes never panic, never make the parser allocate more than the
+//! largest address a message may carry, and a refused handle says why; every valid
+//! value round-trips exactly.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use cclkit_abi::net::NetHandle;
+use cclkit_net_ofi::liveness::{PROC_ID_LEN, ProcId};
+use cclkit_net_ofi::proto::{
+    ACCEPT_LEN, AcceptMsg, CONNECT_LEN, ConnectMsg, HANDLE_ADDR_MAX, ListenHandle,
+};
+
+/// splitmix64: each case's seed is printed on failure, so it can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn fill(&mut self, b: &mut [u8]) {
+        for x in b {
+            *x = self.next() as u8;
+        }
+    }
+}
+
+/// The largest single allocation made by this thread while [`peak_alloc`] runs:
+/// a parser of peer bytes must not size a buffer from them.
+struct PeakAlloc;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    let _ = ARMED.try_with(|a| {
+        if a.get() {
+            let _ = PEAK.try_with(|p| p.set(p.get().max(size)));
+        }
+    });
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only records sizes.
+unsafe impl GlobalAlloc for PeakAlloc {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note(l.size());
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        note(new);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: PeakAlloc = PeakAlloc;
+
+/// Runs `f` and returns its result with the largest allocation it made.
+fn peak_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    PEAK.with(|p| p.set(0));
+    ARMED.with(|a| a.set(true));
+    let r = f();
+    ARMED.with(|a| a.set(false));
+    (r, PEAK.with(Cell::get))
+}
+
+/// A handle whose plugin bytes are `p`.
+fn handle_of(p: &[u8; NetHandle::PAYLOAD]) -> NetHandle {
+    let mut h = NetHandle::zeroed();
+    *h.payload_mut() = *p;
+    h
+}
+
+#[test]
+fn the_allocation_probe_sees_allocations() {
+    let (v, peak) = peak_alloc(|| vec![7u8; 5000]);
+    assert_eq!((v.len(), peak), (5000, 5000));
+}
+
+const CASES: u64 = 20_000;
+
+fn proc_id(rng: &mut Rng) -> ProcId {
+    let mut b = [0u8; PROC_ID_LEN];
+    rng.fill(&mut b);
+    ProcId::decode(&b)
+}
+
+fn addr(rng: &mut Rng, max: usize) -> Vec<u8> {
+    let mut a = vec![0u8; 1 + rng.below(max as u64) as usize];
+    rng.fill(&mut a);
+    a
+}
+
+#[test]
+fn valid_messages_round_trip() {
+    for case in 0..CASES {
+        let mut rng = Rng(case);
+        let l = ListenHandle {
+            provider: rng.next() as u32,
+            listen_id: rng.next() as u16,
+            nonce: rng.next(),
+            addr: addr(&mut rng, HANDLE_ADDR_MAX),
+        };
+        let mut h = NetHandle::zeroed();
+        assert!(l.write(&mut h).is_ok());
+        assert_eq!(ListenHandle::read(&h).ok(), Some(l), "case {case}");
+        let c = ConnectMsg {
+            nonce: rng.next(),
+            reply_id: rng.next() as u16,
+            proc_id: proc_id(&mut rng),
+            addr: addr(&mut rng, CONNECT_LEN - 48),
+        };
+        let bytes = c.encode().unwrap_or_default();
+        assert_eq!(bytes.len(), CONNECT_LEN);
+        assert_eq!(ConnectMsg::decode(&bytes), Some(c), "case {case}");
+        let a = AcceptMsg {
+            nonce: rng.next(),
+            comm_id: rng.next() as u16,
+            proc_id: proc_id(&mut rng),
+        };
+        assert_eq!(AcceptMsg::decode(&a.encode()), Some(a), "case {case}");
+    }
+}
+
+#[test]
+fn oversized_addresses_are_refused_on_the_way_out() {
+    let mut h = NetHandle::zeroed();
+    let big = ListenHandle {
+        provider: 1,
+        listen_id: 2,
+        nonce: 3,
+        addr: vec![1; HANDLE_ADDR_MAX + 1],
+    };
+    assert!(big.write(&mut h).is_err());
+    let c = ConnectMsg {
+        nonce: 1,
+        reply_id: 2,
+        proc_id: ProcId::decode(&[0; PROC_ID_LEN]),
+        addr: vec![1; CONNECT_LEN - 48 + 1],
+    };
+    assert!(c.encode().is_err());
+}
+
+#[test]
+fn arbitrary_handle_bytes_are_refused_clearly_or_read_consistently() {
+    let mut accepted = 0;
+    for case in 0..CASES {
+        let mut rng = Rng(0x0f1_0000 + case);
+        let mut p = [0u8; NetHandle::PAYLOAD];
+        rng.fill(&mut p);
+        if case % 2 == 0 {
+            // A valid handle with its length or a few other bytes changed.
+            let l = ListenHandle {
+                provider: rng.next() as u32,
+                listen_id: rng.next() as u16,
+                nonce: rng.next(),
+                addr: addr(&mut rng, HANDLE_ADDR_MAX),
+            };
+            let mut h = NetHandle::zeroed();
+            let _ = l.write(&mut h);
+            p = *h.payload();
+            for _ in 0..1 + rng.below(3) {
+                p[rng.below(24) as usize] = rng.next() as u8;
+            }
+        }
+        let (r, peak) = peak_alloc(|| ListenHandle::read(&handle_of(&p)));
+        match r {
+            Ok(l) => {
+                accepted += 1;
+                assert!(!l.addr.is_empty() && l.addr.len() <= HANDLE_ADDR_MAX);
+                assert_eq!(l.addr[..], p[24..24 + l.addr.len()], "case {case}");
+                assert!(
+                    peak <= HANDLE_ADDR_MAX,
+                    "case {case}: {peak}-byte allocation"
+                );
+            }
+            Err(e) => {
+                let m = e.to_string();
+                assert!(m.contains("handle"), "case {case}: unclear error {m:?}");
+                assert!(m.len() < 300, "case {case}");
+                assert!(
+                    peak < 1024,
+                    "case {case}: {peak}-byte allocation for an error"
+                );
+            }
+        }
+    }
+    assert!(
+        accepted > CASES / 10,
+        "the mutations should keep some handles valid"
+    );
+}
+
+#[test]
+fn arbitrary_connect_and_accept_bytes_never_panic() {
+    for case in 0..CASES {
+        let mut rng = Rng(0xacc_0000 + case);
+        let mut b = vec![0u8; rng.below(2 * CONNECT_LEN as u64) as usize];
+        rng.fill(&mut b);
+        if case % 2 == 0 && b.len() >= 20 {
+            // Right magic, random rest: the length fields get exercised.
+            let c = ConnectMsg {
+                nonce: 0,
+                reply_id: 0,
+                proc_id: ProcId::decode(&[0; PROC_ID_LEN]),
+                addr: vec![0],
+            };
+            let valid = c.encode().unwrap_or_default();
+            b[..8].copy_from_slice(&valid[..8]);
+        }
+        let (r, peak) = peak_alloc(|| ConnectMsg::decode(&b));
+        if let Some(c) = r {
+            assert!(!c.addr.is_empty() && 48 + c.addr.len() <= b.len().min(CONNECT_LEN));
+            assert_eq!(c.addr[..], b[48..48 + c.addr.len()]);
+        }
+        assert!(peak <= CONNECT_LEN, "case {case}: {peak}-byte allocation");
+        let (r, peak) = peak_alloc(|| AcceptMsg::decode(&b));
+        assert_eq!(peak, 0);
+        if let Some(a) = r {
+            assert!(b.len() >= ACCEPT_LEN);
+            assert_eq!(a.encode()[..18], b[..18], "case {case}");
+        }
+    }
+}
