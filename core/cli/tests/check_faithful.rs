@@ -1,6 +1,7 @@
 //! `cclkit check` judges plugins by NCCL's calling discipline (NCCL_ABI.md §2.11b):
 //! C plugins that rely on exactly one NCCL guarantee (tests/fixtures/faithful/) pass
-//! the contract checks and show that reliance as one probe WARN, which fails under
+//! the contract checks and show that reliance as one probe WARN (out-of-order test,
+//! NULL mhandle, test after close, stray connections), which fails under
 //! `--strict`; a plugin that answers "not now" until the peer sends (UCX-style) passes
 //! cleanly; and plugins breaking one of the newer contract rules (fixtures/broken/
 //! cnet.c with a BUG_* define) fail exactly that check.
@@ -82,6 +83,16 @@ fn plugins_relying_on_one_nccl_guarantee_pass_with_its_probe_warning() {
             "oldest_only",
             "out-of-order",
             "the newest receive did not complete within 3 s while only it was tested",
+        ),
+        (
+            "freed_requests",
+            "test-after-close",
+            "killed by SIGSEGV (signal 11) during: test 4 receives and",
+        ),
+        (
+            "trusting_accept",
+            "stray-connections",
+            "after 3 stray TCP connections, a 0-byte message over the real connection",
         ),
     ] {
         let lib = build(

@@ -236,61 +236,63 @@ fn a_tuner_in_a_rejected_net_library_is_shown_by_doctor_and_used_by_the_runtime(
     );
 }
 
-/// `other_kinds.c`: profiler v5/v6 and env v2 (and GIN v14, RMA v15 with `WITH_GIN`).
-fn other_kinds(p: &Plugins, gin: bool) -> PathBuf {
-    let defines = if gin {
-        vec!["-DWITH_GIN".to_owned()]
-    } else {
-        vec![]
-    };
-    let name = if gin { "other_gin.so" } else { "other.so" };
-    p.cc(name, &[fixture("nccl22/other_kinds.c")], &defines)
+/// `other_kinds.c` without its profiler tables (profilers are checked since issue
+/// 20): env v2 (and GIN v14, RMA v15 with `WITH_GIN`).
+fn other_kinds(p: &Plugins) -> PathBuf {
+    let defines = ["-DNO_PROFILER", "-DNO_ENV", "-DWITH_GIN"].map(str::to_owned);
+    p.cc("other_gin.so", &[fixture("nccl22/other_kinds.c")], &defines)
+}
+
+/// `other_kinds.c` with its profiler v5/v6 tables, whose slots are all NULL.
+fn other_kinds_with_profiler(p: &Plugins) -> PathBuf {
+    p.cc(
+        "other_prof.so",
+        &[fixture("nccl22/other_kinds.c")],
+        &["-DNO_ENV".to_owned()],
+    )
+}
+
+/// `other_kinds.c` with only its all-NULL env v2 table.
+fn other_kinds_env_only(p: &Plugins) -> PathBuf {
+    p.cc(
+        "other_env.so",
+        &[fixture("nccl22/other_kinds.c")],
+        &["-DNO_PROFILER".to_owned()],
+    )
 }
 
 #[test]
 fn info_and_check_name_kinds_cclkit_does_not_check_and_exit_2() {
     let p = Plugins::new();
-    for gin in [false, true] {
-        let lib = other_kinds(&p, gin);
-        let mut expected = vec![
-            "kind profiler v6: not checked by cclkit",
-            "kind profiler v5: not checked by cclkit",
-            "kind env v2: not checked by cclkit",
-        ];
-        if gin {
-            expected.push("kind GIN v14: not checked by cclkit");
-            expected.push("kind RMA v15: not checked by cclkit");
+    let lib = other_kinds(&p);
+    let expected = [
+        "kind GIN v14: not checked by cclkit",
+        "kind RMA v15: not checked by cclkit",
+    ];
+    for cmd in ["info", "check"] {
+        let out = cclkit(&[cmd, &s(&lib)], &[]);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{cmd}: nothing could be checked:\n{stdout}{}",
+            text(&out.stderr)
+        );
+        for line in &expected {
+            assert!(stdout.contains(line), "{cmd}: no {line:?} in:\n{stdout}");
         }
-        for cmd in ["info", "check"] {
-            let out = cclkit(&[cmd, &s(&lib)], &[]);
-            let stdout = text(&out.stdout);
-            assert_eq!(
-                out.status.code(),
-                Some(2),
-                "{cmd}: nothing could be checked:\n{stdout}{}",
-                text(&out.stderr)
-            );
-            for line in &expected {
-                assert!(stdout.contains(line), "{cmd}: no {line:?} in:\n{stdout}");
-            }
-            assert!(
-                !stdout.contains("net v0") && !stdout.contains("FAIL"),
-                "{cmd}:\n{stdout}"
-            );
-        }
-        let info = text(&cclkit(&["info", &s(&lib)], &[]).stdout);
-        let kinds = if gin {
-            "plugin kinds: profiler v6, profiler v5, env v2, GIN v14, RMA v15"
-        } else {
-            "plugin kinds: profiler v6, profiler v5, env v2"
-        };
-        assert!(info.contains(kinds), "{info}");
         assert!(
-            !info.contains("ERROR"),
-            "nothing was called or failed:\n{info}"
+            !stdout.contains("net v0") && !stdout.contains("FAIL"),
+            "{cmd}:\n{stdout}"
         );
     }
-    let out = cclkit(&["check", "--json", &s(&other_kinds(&p, false))], &[]);
+    let info = text(&cclkit(&["info", &s(&lib)], &[]).stdout);
+    assert!(info.contains("plugin kinds: GIN v14, RMA v15"), "{info}");
+    assert!(
+        !info.contains("ERROR"),
+        "nothing was called or failed:\n{info}"
+    );
+    let out = cclkit(&["check", "--json", &s(&lib)], &[]);
     assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let kinds: Vec<(String, u64)> = v["exports"]["kinds"]
@@ -304,14 +306,62 @@ fn info_and_check_name_kinds_cclkit_does_not_check_and_exit_2() {
             )
         })
         .collect();
-    assert_eq!(
-        kinds,
-        [
-            ("profiler".to_owned(), 6),
-            ("profiler".to_owned(), 5),
-            ("env".to_owned(), 2)
-        ]
+    assert_eq!(kinds, [("gin".to_owned(), 14), ("rma".to_owned(), 15)]);
+}
+
+/// Env plugins are checked (issue 19): the all-NULL env v2 table of `other_kinds.c`
+/// fails the env table check, is no longer listed as unchecked, and nothing crashes.
+#[test]
+fn an_env_plugin_is_checked_and_null_slots_fail_its_table() {
+    let p = Plugins::new();
+    let out = cclkit(&["check", &s(&other_kinds_env_only(&p))], &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.lines().any(|l| l.starts_with("FAIL")
+            && l.contains("env v2")
+            && l.contains("table")
+            && l.contains("is NULL")),
+        "{stdout}"
     );
+    assert!(!stdout.contains("not checked by cclkit"), "{stdout}");
+    assert!(!stdout.contains("killed by"), "nothing crashed:\n{stdout}");
+}
+
+/// Profilers are checked (issue 20): the all-NULL profiler tables of
+/// `other_kinds.c` fail the profiler table check in both versions, are no longer
+/// listed as unchecked, and nothing crashes.
+#[test]
+fn a_profiler_is_checked_and_null_slots_fail_its_table() {
+    let p = Plugins::new();
+    let lib = other_kinds_with_profiler(&p);
+    let out = cclkit(
+        &[
+            "check",
+            "--only",
+            "profiler.symbol,profiler.table",
+            &s(&lib),
+        ],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    for v in [6, 5] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with("PASS")
+                && l.contains(&format!("profiler v{v}"))
+                && l.contains("symbol")),
+            "v{v}:\n{stdout}"
+        );
+        assert!(
+            stdout.lines().any(|l| l.starts_with("FAIL")
+                && l.contains(&format!("profiler v{v}"))
+                && l.contains("table")
+                && l.contains("is NULL")),
+            "v{v}:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("kind profiler"), "{stdout}");
 }
 
 #[test]
@@ -331,11 +381,11 @@ fn a_net_plugin_with_a_profiler_is_checked_and_names_the_profiler() {
             "-lpthread".to_owned(),
         ],
     );
-    let out = cclkit(&["check", "--only", "table,init", &s(&lib)], &[]);
+    let out = cclkit(&["check", "--only", "net.table,net.init", &s(&lib)], &[]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(
-        stdout.contains("kind profiler v6: not checked by cclkit")
+        !stdout.contains("kind profiler")
             && stdout
                 .lines()
                 .any(|l| l.starts_with("PASS") && l.contains("net v12") && l.contains("table")),

@@ -89,7 +89,7 @@ impl Kind {
     /// True for the kinds `cclkit check` has a conformance suite for. The others are
     /// recognised and named, but their tables are never called.
     pub fn checked_by_cclkit(self) -> bool {
-        matches!(self, Kind::Net | Kind::Tuner)
+        matches!(self, Kind::Net | Kind::Tuner | Kind::Profiler | Kind::Env)
     }
 
     /// The symbol of one version (`ncclProfiler_v5`).
@@ -229,13 +229,18 @@ mod tests {
             ["net v12", "profiler v6", "profiler v5", "env v2", "GIN v16"]
         );
         assert_eq!(f[0].not_checked(), None);
+        assert_eq!(f[1].not_checked(), None, "profiler tables are checked");
+        assert_eq!(f[3].not_checked(), None, "env tables are checked");
         assert_eq!(
-            f[1].not_checked().as_deref(),
-            Some("kind profiler v6: not checked by cclkit")
+            f[4].not_checked()
+                .as_deref()
+                .map(|l| l.starts_with("kind GIN v16: not checked")),
+            Some(true)
         );
         assert!(!f[4].nccl_loads);
         assert!(!nothing_checkable(&f), "a net table can be checked");
-        assert!(nothing_checkable(&f[1..]));
+        assert!(!nothing_checkable(&f[3..]), "an env table can be checked");
+        assert!(nothing_checkable(&f[4..]));
         assert!(!nothing_checkable(&classify_names([
             "ncclCollNetPlugin_v9"
         ])));

@@ -15,6 +15,10 @@ pub enum Family {
     CollNet,
     /// `ncclTunerPlugin_vN`.
     Tuner,
+    /// `ncclProfiler_vN`.
+    Profiler,
+    /// `ncclEnvPlugin_vN`.
+    Env,
 }
 
 impl Family {
@@ -24,6 +28,8 @@ impl Family {
             Family::Net => "ncclNetPlugin_v",
             Family::CollNet => "ncclCollNetPlugin_v",
             Family::Tuner => "ncclTunerPlugin_v",
+            Family::Profiler => "ncclProfiler_v",
+            Family::Env => "ncclEnvPlugin_v",
         }
     }
 
@@ -32,7 +38,8 @@ impl Family {
         match self {
             Family::Net => &[12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2],
             Family::CollNet => &[12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2],
-            Family::Tuner => &[7, 6, 5, 4, 3, 2, 1],
+            Family::Tuner | Family::Profiler => &[7, 6, 5, 4, 3, 2, 1],
+            Family::Env => &[2, 1],
         }
     }
 
@@ -43,7 +50,7 @@ impl Family {
 
     /// The size in bytes of a version's table, where the ABI defines it.
     pub fn table_size(self, version: u32) -> Option<usize> {
-        use cclkit_abi::raw::{collnet, net, tuner};
+        use cclkit_abi::raw::{collnet, net, profiler, tuner};
         use std::mem::size_of;
         Some(match (self, version) {
             (Family::Net, 12) => size_of::<net::v12::ncclNet_v12_t>(),
@@ -67,6 +74,15 @@ impl Family {
             (Family::Tuner, 3) => size_of::<tuner::ncclTuner_v3_t>(),
             (Family::Tuner, 2) => size_of::<tuner::ncclTuner_v2_t>(),
             (Family::Tuner, 1) => size_of::<tuner::ncclTuner_v1_t>(),
+            (Family::Profiler, 7) => size_of::<profiler::v7::ncclProfiler_v7_t>(),
+            (Family::Profiler, 6) => size_of::<profiler::v6::ncclProfiler_v6_t>(),
+            (Family::Profiler, 5) => size_of::<profiler::v5::ncclProfiler_v5_t>(),
+            (Family::Profiler, 4) => size_of::<profiler::v4::ncclProfiler_v4_t>(),
+            (Family::Profiler, 3) => size_of::<profiler::v3::ncclProfiler_v3_t>(),
+            (Family::Profiler, 2) => size_of::<profiler::v2::ncclProfiler_v2_t>(),
+            (Family::Profiler, 1) => size_of::<profiler::v1::ncclProfiler_v1_t>(),
+            (Family::Env, 2) => size_of::<cclkit_abi::raw::env::ncclEnv_v2_t>(),
+            (Family::Env, 1) => size_of::<cclkit_abi::raw::env::ncclEnv_v1_t>(),
             _ => return None,
         })
     }
@@ -78,6 +94,10 @@ impl Family {
             // NCCL 2.30 stops at v2; cclkit also accepts v1 (NCCL 2.19–2.20 tuners)
             // and v7 (in NCCL's source after 2.31, tried first there).
             Family::Tuner => &[7, 6, 5, 4, 3, 2, 1],
+            // NCCL 2.31.2 tries _v7 … _v1 (NCCL_ABI.md §3.4).
+            Family::Profiler => &[7, 6, 5, 4, 3, 2, 1],
+            // NCCL 2.30.7 tries _v2, then _v1 (2.28.7–2.30.4 know only _v1).
+            Family::Env => &[2, 1],
         }
     }
 }

@@ -22,7 +22,7 @@
 //! | [`report`] | results, the text table and the JSON report |
 //! | `load` | one exported version into the loader's host adapters |
 //! | `raw` | the raw calls the safe adapters deliberately prevent |
-//! | `net`, `tuner` | the checks themselves |
+//! | `net`, `tuner`, `env`, `profiler` | the checks themselves |
 //! | `peer`, `netns` | two-process checks over loopback and across network namespaces |
 //!
 //! Checks come in two classes ([`Class`]): **contract** checks call the plugin only
@@ -41,11 +41,13 @@
 //! connect handle at one address; `raw` adds only what an adapter cannot do safely.
 
 mod child;
+mod env;
 mod load;
 mod net;
 mod netns;
 mod peer;
 mod process;
+mod profiler;
 mod raw;
 pub mod report;
 mod rng;
@@ -68,6 +70,10 @@ pub enum Family {
     Net,
     /// `ncclTunerPlugin_vN`.
     Tuner,
+    /// `ncclProfiler_vN`.
+    Profiler,
+    /// `ncclEnvPlugin_vN`.
+    Env,
 }
 
 impl Family {
@@ -76,6 +82,8 @@ impl Family {
         match self {
             Family::Net => "net",
             Family::Tuner => "tuner",
+            Family::Profiler => "profiler",
+            Family::Env => "env",
         }
     }
 
@@ -84,6 +92,8 @@ impl Family {
         match self {
             Family::Net => cclkit_host::symbols::Family::Net,
             Family::Tuner => cclkit_host::symbols::Family::Tuner,
+            Family::Profiler => cclkit_host::symbols::Family::Profiler,
+            Family::Env => cclkit_host::symbols::Family::Env,
         }
     }
 
@@ -92,6 +102,8 @@ impl Family {
         match self {
             Family::Net => &[12, 11, 10, 9, 8, 7, 6],
             Family::Tuner => &[7, 6, 5, 4, 3, 2, 1],
+            Family::Profiler => &[7, 6, 5, 4, 3, 2, 1],
+            Family::Env => &[2, 1],
         }
     }
 
@@ -100,6 +112,8 @@ impl Family {
         match s {
             "net" => Some(Family::Net),
             "tuner" => Some(Family::Tuner),
+            "profiler" => Some(Family::Profiler),
+            "env" => Some(Family::Env),
             _ => None,
         }
     }
@@ -161,7 +175,13 @@ impl fmt::Debug for CheckDef {
 
 /// Every check, net first, in the order they are reported.
 pub fn all_checks() -> Vec<CheckDef> {
-    net::CHECKS.iter().chain(tuner::CHECKS).copied().collect()
+    net::CHECKS
+        .iter()
+        .chain(tuner::CHECKS)
+        .chain(profiler::CHECKS)
+        .chain(env::CHECKS)
+        .copied()
+        .collect()
 }
 
 /// The check `family.name`, if it exists.

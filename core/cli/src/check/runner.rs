@@ -210,7 +210,15 @@ fn plan(opts: &Options, exports: &Exports) -> Result<(Vec<Job>, Vec<CheckResult>
     }
     let mut jobs = Vec::new();
     let mut fixed = Vec::new();
-    for (family, exported) in [(Family::Net, &exports.net), (Family::Tuner, &exports.tuner)] {
+    let profiler = super::profiler::exported(&exports.kinds);
+    let env = super::env::exported(&exports.kinds);
+    let families = [
+        (Family::Net, &exports.net),
+        (Family::Tuner, &exports.tuner),
+        (Family::Profiler, &profiler),
+        (Family::Env, &env),
+    ];
+    for (family, exported) in families {
         for &v in exported {
             if opts.version.is_some_and(|f| f != v) {
                 continue;
@@ -245,6 +253,8 @@ fn plan(opts: &Options, exports: &Exports) -> Result<(Vec<Job>, Vec<CheckResult>
     if let Some(v) = opts.version
         && !exports.net.contains(&v)
         && !exports.tuner.contains(&v)
+        && !profiler.contains(&v)
+        && !env.contains(&v)
     {
         return Err(format!(
             "--version {v}: the library exports no ncclNetPlugin_v{v} or ncclTunerPlugin_v{v} \
@@ -256,6 +266,8 @@ fn plan(opts: &Options, exports: &Exports) -> Result<(Vec<Job>, Vec<CheckResult>
     // command reports "nothing could be checked" (issue 22).
     if exports.net.is_empty()
         && exports.tuner.is_empty()
+        && profiler.is_empty()
+        && env.is_empty()
         && !cclkit_host::kinds::nothing_checkable(&exports.kinds)
     {
         fixed.push(CheckResult {

@@ -1,5 +1,6 @@
 //! Tuner checks (NCCL_ABI.md §4.4): the table, `init` in the version's argument
-//! order with the 1152-byte constants inside canaries, cost-table edits limited to
+//! order with the host's constants (NCCL 1152 bytes, v7 1272, RCCL 1632/1488 under
+//! `CCLKIT_FLAVOR=rccl`) inside canaries, cost-table edits limited to
 //! supported entries, channel counts, chunk sizes, per-call latency, finalize without
 //! leaks, reload.
 
@@ -34,7 +35,7 @@ pub(crate) const CHECKS: &[CheckDef] = &[
     def(
         "init",
         "NCCL calls init once per communicator with the version's arguments",
-        "init in the version's argument order; constants inside 1152 bytes",
+        "init in the version's argument order; constants inside the host's struct",
         init,
     ),
     def(
@@ -216,8 +217,10 @@ fn init(env: &Env) -> Checked {
     let before = doubles(&constants());
     let mut ctxs = Vec::new();
     let mut changed = 0;
+    let mut layout = None;
     for (i, &shape) in SHAPES.iter().enumerate() {
         let (ctx, c) = init_ctx(&t, env, shape, 0x7000 + i as u64)?;
+        layout = Some(ctx.layout());
         let after = doubles(&c);
         if let Some((k, v)) = after
             .iter()
@@ -238,13 +241,13 @@ fn init(env: &Env) -> Checked {
             ctx.finalize()?;
         }
     }
-    let constants = if env.version >= 5 {
-        format!(
-            "; the 1152-byte constants stayed inside their canaries, {changed} of 144 values \
-             changed, all finite"
-        )
-    } else {
-        String::new()
+    let constants = match layout.filter(|_| env.version >= 5) {
+        Some(l) => format!(
+            "; the constants stayed inside their canaries ({}), {changed} of NCCL's 144 \
+             values changed, all finite",
+            l.describe()
+        ),
+        None => String::new(),
     };
     Ok(format!(
         "{} contexts alive at once ({}), finalized out of order{constants}",

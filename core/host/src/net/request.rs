@@ -79,6 +79,13 @@ impl Request {
         }
     }
 
+    /// The raw request pointer the plugin returned, for a host that must call the
+    /// table itself (`cclkit check`'s probes test a request after its comm was closed,
+    /// which the adapter refuses).
+    pub fn as_raw(&self) -> *mut c_void {
+        self.raw.as_ptr()
+    }
+
     /// True once `test` reported completion (or failed).
     pub fn is_done(&self) -> bool {
         self.done

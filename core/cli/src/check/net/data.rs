@@ -332,6 +332,15 @@ pub(crate) fn grouped(env: &Env) -> Checked {
                 mr: Some(&rmr),
             });
         }
+        // Sends in a shuffled tag order are an order NCCL produces. A grouped receive
+        // exists only with maxRecvs > 1 and NCCL_NET_SHARED_COMMS (net.cc
+        // `recvProxyConnect` shares one recvComm per remote proxy rank;
+        // `recvProxyProgress` groups the subs on it, tag = each sub's tpRemoteRank).
+        // The sends arrive over one shared sendComm (`sendProxyConnect` shares it per
+        // remote rank) from different local ranks' queues, and `sendProxyProgress`
+        // posts each `isend` (tag = its tpRank) as soon as that rank's GPU data is
+        // ready, so any tag order within a group can occur; NCCL's IB transport
+        // matches each send against every entry of the group by tag (`ncclIbIsend`).
         let order = rng.permutation(k);
         let mut sent = vec![Vec::new(); k];
         let mut posts = Vec::new();

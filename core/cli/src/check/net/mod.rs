@@ -5,6 +5,7 @@
 //! smaller than the send, at most the version's request limit in flight); they decide
 //! the verdict. Probes do what NCCL never does and only warn.
 
+mod after_close;
 mod basic;
 mod cuda;
 mod data;
@@ -14,6 +15,7 @@ mod limits;
 mod probes;
 mod props;
 pub(crate) mod setup;
+mod stray;
 pub(crate) mod timing;
 
 pub(crate) use basic::data_symbol;
@@ -177,6 +179,20 @@ pub(crate) const CHECKS: &[CheckDef] = &[
         "transfers posted with a NULL mhandle work",
         "NCCL always passes the mhandle regMr returned",
         probes::null_mhandle,
+    ),
+    probe(
+        "stray-connections",
+        "raw TCP strays to its listening sockets, a second connect to a used handle, a \
+         connect after closeListen: every call returns, the real connection works",
+        "NCCL connects each handle once, to a listen comm that is still open",
+        stray::stray_connections,
+    ),
+    probe(
+        "test-after-close",
+        "test() of in-flight requests after deregMr, then after their comm was closed",
+        "NCCL's abort deregisters and closes comms with requests in flight and never tests \
+         them again",
+        after_close::test_after_close,
     ),
 ];
 

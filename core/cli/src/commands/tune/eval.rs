@@ -134,6 +134,9 @@ pub struct Evaluator {
     pub label: String,
     /// The tuner has a v6 `getChunkSize`.
     pub has_chunk_size: bool,
+    /// The host layout the tuner was given (constants, cost-table width); `None` for
+    /// the built-in model.
+    pub layout: Option<cclkit_host::tuner::ConstantsLayout>,
     tuning: Tuning,
     max_channels: usize,
     params: [ProtoParams; 3],
@@ -162,6 +165,7 @@ impl Evaluator {
         Ok(Self {
             label: "built-in cost model".to_owned(),
             has_chunk_size: false,
+            layout: None,
             tuning,
             max_channels: shape.channels,
             params: proto_params()?,
@@ -181,12 +185,14 @@ impl Evaluator {
                 &mut constants,
             )
             .map_err(|e| format!("{label}: init failed: {e}"))?;
+        let layout = Some(ctx.layout());
         let mut tuning = Tuning::new(Some(ctx), constants, shape.model(), false);
         let (a, p) = forced();
         tuning.force(a, p);
         Ok(Self {
             label,
             has_chunk_size: plugin.has_chunk_size(),
+            layout,
             tuning,
             max_channels: shape.channels,
             params: proto_params()?,
