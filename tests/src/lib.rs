@@ -7,6 +7,7 @@
 //! (a dev-dependency), the loader NCCL's own shims are modelled on.
 
 pub mod cplugin;
+pub mod props;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output};

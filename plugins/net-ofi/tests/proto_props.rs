@@ -4,96 +4,19 @@
 //! largest address a message may carry, and a refused handle says why; every valid
 //! value round-trips exactly.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use cclkit_abi::net::NetHandle;
 use cclkit_net_ofi::liveness::{PROC_ID_LEN, ProcId};
 use cclkit_net_ofi::proto::{
     ACCEPT_LEN, AcceptMsg, CONNECT_LEN, ConnectMsg, HANDLE_ADDR_MAX, ListenHandle,
 };
-
-/// splitmix64: each case's seed is printed on failure, so it can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn fill(&mut self, b: &mut [u8]) {
-        for x in b {
-            *x = self.next() as u8;
-        }
-    }
-}
-
-/// The largest single allocation made by this thread while [`peak_alloc`] runs:
-/// a parser of peer bytes must not size a buffer from them.
-struct PeakAlloc;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = ARMED.try_with(|a| {
-        if a.get() {
-            let _ = PEAK.try_with(|p| p.set(p.get().max(size)));
-        }
-    });
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only records sizes.
-unsafe impl GlobalAlloc for PeakAlloc {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note(l.size());
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        note(new);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use cclkit_tests::props::{PeakAlloc, Rng, assert_probe_armed, handle_of, peak_alloc};
 
 #[global_allocator]
 static GLOBAL: PeakAlloc = PeakAlloc;
 
-/// Runs `f` and returns its result with the largest allocation it made.
-fn peak_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    PEAK.with(|p| p.set(0));
-    ARMED.with(|a| a.set(true));
-    let r = f();
-    ARMED.with(|a| a.set(false));
-    (r, PEAK.with(Cell::get))
-}
-
-/// A handle whose plugin bytes are `p`.
-fn handle_of(p: &[u8; NetHandle::PAYLOAD]) -> NetHandle {
-    let mut h = NetHandle::zeroed();
-    *h.payload_mut() = *p;
-    h
-}
-
 #[test]
 fn the_allocation_probe_sees_allocations() {
-    let (v, peak) = peak_alloc(|| vec![7u8; 5000]);
-    assert_eq!((v.len(), peak), (5000, 5000));
+    assert_probe_armed();
 }
 
 const CASES: u64 = 20_000;

@@ -58,6 +58,35 @@ macro_rules! api_members {
     };
 }
 
+/// The v6+ copy-engine sync and batch members (one layout in v6 and v7).
+macro_rules! ce_members {
+    ($d:expr, $ev:expr, $p:expr, $sc:expr) => {
+        match &$ev.kind {
+            EventKind::CeSync {
+                is_complete,
+                n_ranks,
+            } => {
+                $d.u.ceCollSync = v6::ncclProfilerCeSyncDescr_v6_t {
+                    isComplete: u8::from(*is_complete),
+                    nRanks: *n_ranks,
+                }
+            }
+            EventKind::CeBatch {
+                num_ops,
+                total_bytes,
+                use_intra_sync,
+            } => {
+                $d.u.ceCollBatch = v6::ncclProfilerCeBatchDescr_v6_t {
+                    numOps: *num_ops,
+                    totalBytes: *total_bytes,
+                    useIntraSync: u8::from(*use_intra_sync),
+                }
+            }
+            _ => api_members!($d, $ev, $p, $sc),
+        }
+    };
+}
+
 /// v5: GroupApi, CollApi, P2pApi, KernelLaunch; `parentGroup`.
 pub fn v5(ev: &Event<'_>, p: Parents, sc: &mut Scratch) -> Option<v5::ncclProfilerEventDescr_v5_t> {
     let mut d: v5::ncclProfilerEventDescr_v5_t = zeroed();
@@ -91,7 +120,8 @@ pub fn v5(ev: &Event<'_>, p: Parents, sc: &mut Scratch) -> Option<v5::ncclProfil
     Some(d)
 }
 
-/// v6: as v5 (the copy-engine events are not emitted by this runtime).
+/// v6: as v5, plus the copy-engine events (CeColl, CeSync, CeBatch). The typed
+/// [`CeColl`](cclkit_abi::profiler::CeColl) carries no buffers or stream: NULL.
 pub fn v6(ev: &Event<'_>, p: Parents, sc: &mut Scratch) -> Option<v6::ncclProfilerEventDescr_v6_t> {
     let mut d: v6::ncclProfilerEventDescr_v6_t = zeroed();
     d.type_ = ev.kind.type_bit();
@@ -119,12 +149,29 @@ pub fn v6(ev: &Event<'_>, p: Parents, sc: &mut Scratch) -> Option<v6::ncclProfil
         }
         EventKind::Coll(c) => d.u.coll = coll_v5(c, p, sc),
         EventKind::P2p(x) => d.u.p2p = p2p_v5(x, p, sc),
-        _ => api_members!(d, ev, p, sc),
+        EventKind::CeColl(c) => {
+            d.u.ceColl = v6::ncclProfilerCeCollDescr_v6_t {
+                seqNumber: c.seq_number,
+                func: sc.c(c.func),
+                sendBuff: std::ptr::null(),
+                recvBuff: std::ptr::null_mut(),
+                count: c.count,
+                root: c.root,
+                datatype: sc.c(c.datatype),
+                syncStrategy: sc.c(c.sync_strategy),
+                intraBatchSync: u8::from(c.intra_batch_sync),
+                batchSize: c.batch_size,
+                numBatches: c.num_batches,
+                ceSeqNum: c.ce_seq_num,
+                stream: std::ptr::null_mut(),
+            }
+        }
+        _ => ce_members!(d, ev, p, sc),
     }
     Some(d)
 }
 
-/// v7: per-call user tags, kernel variant and symmetric flag on Coll.
+/// v7: per-call user tags, kernel variant and symmetric flag on Coll; KernelPhase.
 pub fn v7(ev: &Event<'_>, p: Parents, sc: &mut Scratch) -> Option<v7::ncclProfilerEventDescr_v7_t> {
     let mut d: v7::ncclProfilerEventDescr_v7_t = zeroed();
     d.type_ = ev.kind.type_bit();
@@ -183,7 +230,33 @@ pub fn v7(ev: &Event<'_>, p: Parents, sc: &mut Scratch) -> Option<v7::ncclProfil
                 userTag: x.user_tag.unwrap_or(0),
             }
         }
-        _ => api_members!(d, ev, p, sc),
+        EventKind::CeColl(c) => {
+            d.u.ceColl = v7::ncclProfilerCeCollDescr_v7_t {
+                seqNumber: c.seq_number,
+                func: sc.c(c.func),
+                sendBuff: std::ptr::null(),
+                recvBuff: std::ptr::null_mut(),
+                count: c.count,
+                root: c.root,
+                datatype: sc.c(c.datatype),
+                syncStrategy: sc.c(c.sync_strategy),
+                intraBatchSync: u8::from(c.intra_batch_sync),
+                batchSize: c.batch_size,
+                numBatches: c.num_batches,
+                ceSeqNum: c.ce_seq_num,
+                stream: std::ptr::null_mut(),
+                userTag: c.user_tag.unwrap_or(0),
+            }
+        }
+        EventKind::KernelPhase(k) => {
+            d.u.kernelPhase = v7::ncclProfilerKernelPhaseDescr_v7_t {
+                channelId: k.channel_id,
+                phaseId: k.phase_id,
+                phaseName: sc.c(k.phase_name),
+                pTimer: k.ptimer,
+            }
+        }
+        _ => ce_members!(d, ev, p, sc),
     }
     Some(d)
 }
