@@ -77,7 +77,7 @@ fn check(lib: &Path) -> (i32, Results) {
     (out.status.code().unwrap_or(-1), results)
 }
 
-fn all_pass(lib: &Path, versions: &[u64]) {
+fn all_pass(lib: &Path, versions: &[u64]) -> Results {
     let (code, r) = check(lib);
     for &v in versions {
         for c in CHECKS {
@@ -96,25 +96,59 @@ fn all_pass(lib: &Path, versions: &[u64]) {
         lib.display()
     );
     assert_eq!(code, 0, "{}: {r:#?}", lib.display());
+    r
+}
+
+/// The event types a passing `events` check accepted, from its message
+/// ("mask 0x…; CeBatch 3, CeColl 3, …").
+fn accepted_types(r: &Results, v: u64) -> Vec<String> {
+    let (_, msg) = &r[&(v, "events".to_owned())];
+    let (_, tally) = msg
+        .split_once("; ")
+        .unwrap_or_else(|| panic!("v{v}: {msg}"));
+    tally
+        .split(", ")
+        .map(|t| t.split(' ').next().unwrap_or_default().to_owned())
+        .collect()
 }
 
 #[test]
-fn a_correct_profiler_passes_every_check_in_both_versions() {
+fn a_correct_profiler_passes_every_check_in_each_version() {
     let p = Plugins::new();
-    for v in [4u64, 7] {
+    // (version, copy-engine events sent, KernelPhase sent)
+    for (v, ce, phase) in [(4u64, false, false), (6, true, false), (7, true, true)] {
         let lib = p.with_header(
             &format!("good_v{v}.so"),
             "profiler/broken_profiler.c",
             &[&format!("PROF_VERSION={v}")],
         );
-        all_pass(&lib, &[v]);
+        let r = all_pass(&lib, &[v]);
+        let got = accepted_types(&r, v);
+        for t in ["Group", "Coll", "P2p", "ProxyOp", "ProxyStep", "KernelCh"] {
+            assert!(got.iter().any(|g| g == t), "v{v}: no {t} in {got:?}");
+        }
+        for t in ["CeColl", "CeSync", "CeBatch"] {
+            assert_eq!(got.iter().any(|g| g == t), ce, "v{v} {t}: {got:?}");
+        }
+        let has_phase = got.iter().any(|g| g == "KernelPhase");
+        assert_eq!(has_phase, phase, "v{v} KernelPhase: {got:?}");
     }
 }
 
 #[test]
 fn the_trace_profiler_and_the_template_pass_every_exported_version() {
     for name in ["libnccl-profiler-cclkit.so", "libnccl-profiler-template.so"] {
-        all_pass(&cclkit_tests::plugin(name), &[7, 6, 5, 4, 3, 2, 1]);
+        let r = all_pass(&cclkit_tests::plugin(name), &[7, 6, 5, 4, 3, 2, 1]);
+        // Both ask for every type, so they accept the copy-engine events where the
+        // version defines them (v6+) and KernelPhase in v7.
+        for v in [6, 7] {
+            let got = accepted_types(&r, v);
+            for t in ["CeColl", "CeSync", "CeBatch"] {
+                assert!(got.iter().any(|g| g == t), "{name} v{v}: no {t} in {got:?}");
+            }
+            let has_phase = got.iter().any(|g| g == "KernelPhase");
+            assert_eq!(has_phase, v == 7, "{name} v{v}: {got:?}");
+        }
     }
 }
 
@@ -125,7 +159,7 @@ fn each_broken_profiler_fails_its_own_check() {
     let calls = &CHECKS[2..];
     let trees = &["events", "null-parents", "pool", "threads"][..];
     // (define, the checks that fail, the check whose message is read, words it holds)
-    let cases: [(&str, &[&str], &str, &str); 9] = [
+    let cases: [(&str, &[&str], &str, &str); 11] = [
         // Nothing can be called through a 16-byte table.
         ("SMALL_TABLE", all, "symbol", "bytes"),
         (
@@ -149,6 +183,20 @@ fn each_broken_profiler_fails_its_own_check() {
         ("RECORD_ERR", trees, "events", "ProxyStepRecvFlushWait"),
         ("OVERRUN_POOL", &["pool"], "pool", "SIGABRT"),
         ("LEAK_POOL", &["pool"], "pool", "not returned to the pool"),
+        // Phases are sent under a NULL KernelCh too, so null-parents fails as well.
+        (
+            "PHASE_ONESHOT",
+            trees,
+            "events",
+            "recordEventState(KernelPhase, KernelPhaseStop)",
+        ),
+        // CE children are never sent without their CeColl, so null-parents passes.
+        (
+            "CE_STOPS_PARENT",
+            &["events", "pool", "threads"],
+            "events",
+            "stopEvent(CeColl)",
+        ),
     ];
     for (define, failing, read, words) in cases {
         let lib = p.with_header(

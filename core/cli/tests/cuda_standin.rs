@@ -9,44 +9,12 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{OnceLock, mpsc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
 
-/// The stand-in, built once per test binary.
-fn standin() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let script = cclkit_tests::cplugin::workspace().join("kernels/cuda-standin/build.sh");
-        let out = Command::new(&script)
-            .arg(dir.path())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "building the stand-in failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
-    .path()
-}
-
-/// A fixture of tests/fixtures/cuda linked against the stand-in's `lib` (`cuda`
-/// or `cudart`), as a vendor builds against the CUDA toolkit.
-fn fixture(p: &common::Plugins, src: &str, lib: &str, defines: &[&str]) -> String {
-    let mut args = vec![
-        format!("-I{}", common::abi_include().display()),
-        "-std=gnu11".to_owned(),
-        format!("-L{}", standin().display()),
-        format!("-l{lib}"),
-    ];
-    args.extend(defines.iter().map(|d| format!("-D{d}")));
-    let name = format!("lib{}{}.so", src.trim_end_matches(".c"), defines.concat());
-    common::s(&p.cc(&name, &[common::fixture(&format!("cuda/{src}"))], &args))
-}
+use common::standin::{fixture, standin};
 
 struct Run {
     code: i32,

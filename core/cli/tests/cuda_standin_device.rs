@@ -7,46 +7,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Limit of one `cclkit perf` run (its operations time out after 60 s each).
 const LIMIT: Duration = Duration::from_secs(240);
 
-/// The stand-in, built once per test binary from the repository's sources.
-fn standin() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let script = cclkit_tests::cplugin::workspace().join("kernels/cuda-standin/build.sh");
-        let out = Command::new(&script)
-            .arg(dir.path())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "building the stand-in failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
-    .path()
-}
-
-/// A fixture of tests/fixtures/cuda linked against the stand-in's `lib`.
-fn fixture(p: &common::Plugins, src: &str, lib: &str, defines: &[&str]) -> String {
-    let mut args = vec![
-        format!("-I{}", common::abi_include().display()),
-        "-std=gnu11".to_owned(),
-        format!("-L{}", standin().display()),
-        format!("-l{lib}"),
-    ];
-    args.extend(defines.iter().map(|d| format!("-D{d}")));
-    let name = format!("lib{}{}.so", src.trim_end_matches(".c"), defines.concat());
-    common::s(&p.cc(&name, &[common::fixture(&format!("cuda/{src}"))], &args))
-}
+use common::standin::{fixture, standin};
 
 struct Run {
     stdout: String,

@@ -4,6 +4,7 @@
 
 pub use cclkit_tests::cplugin::{Plugins, abi_include, fixture, s};
 pub use cclkit_tests::plugin as rust_plugin;
+pub mod standin;
 pub mod tune;
 
 use std::process::{Command, Output, Stdio};

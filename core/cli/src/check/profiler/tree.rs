@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::ffi::c_void;
 
 use cclkit_abi::profiler::{
-    Coll, CollApi, Event, EventKind, EventState, GroupApi, P2p, P2pApi, ProxyOp, StateArgs,
+    CeColl, Coll, CollApi, Event, EventKind, EventState, GroupApi, KernelPhase, P2p, P2pApi,
+    ProxyOp, StateArgs,
 };
 use cclkit_abi::raw::profiler::ProfilerEventState as S;
 use cclkit_abi::raw::profiler::{
@@ -337,11 +338,123 @@ impl<'a> Driver<'a> {
         self.proxy_op(version, coll, 1, true, 2, bytes / 2)?;
         self.proxy_op(version, coll, 1, false, 2, bytes / 2)?;
         self.proxy_op(version, p2p, 1, true, 1, bytes)?;
-        self.record(ch, "KernelCh", S::KERNEL_CH_STOP, StateArgs::None)?;
+        if version >= 7 {
+            self.kernel_phases(ch, 0, 1_000)?;
+        }
+        let end = StateArgs::Timer { ptimer: 4_000 };
+        self.record(ch, "KernelCh", S::KERNEL_CH_STOP, end)?;
         self.stop(ch, "KernelCh")?;
         self.stop(p2p, "P2p")?;
         self.stop(coll, "Coll")?;
-        self.stop(group, "Group")
+        self.stop(group, "Group")?;
+        if version >= 6 {
+            self.ce_collective(seq, count)?;
+        }
+        Ok(())
+    }
+
+    /// v7: the phases of one channel's kernel, as NCCL's profiler thread fires them
+    /// once the kernel completed, before `KernelChStop` (`src/misc/profiler.cc`):
+    /// each starts with its first GPU timestamp, records `KernelPhaseStop` with the
+    /// next one and stops; the parent is the KernelCh (NULL when it was declined).
+    fn kernel_phases(&mut self, ch: EventHandle, channel_id: u8, t0: u64) -> Result<(), Stop> {
+        for (i, name) in ["initial_sync", "compute", "final_sync"]
+            .into_iter()
+            .enumerate()
+        {
+            let id = u8::try_from(i).unwrap_or(0);
+            let ptimer = t0 + 1_000 * u64::from(id);
+            let phase = self.start(
+                EventKind::KernelPhase(KernelPhase {
+                    channel_id,
+                    phase_id: id,
+                    phase_name: Some(name),
+                    ptimer,
+                }),
+                ch,
+                EventHandle::NULL,
+            )?;
+            let end = StateArgs::Timer {
+                ptimer: ptimer + 1_000,
+            };
+            self.record(phase, "KernelPhase", S::KERNEL_PHASE_STOP, end)?;
+            self.stop(phase, "KernelPhase")?;
+        }
+        Ok(())
+    }
+
+    /// v6+: a copy-engine AllGather in its own group, as `src/misc/profiler.cc`
+    /// emits it: the CeColl's parent is the CollApi event; CeSync and CeBatch are
+    /// children of the CeColl and only sent when it was accepted (never with a NULL
+    /// parent); no CE event records a state; children stop before the CeColl.
+    fn ce_collective(&mut self, seq: u64, count: usize) -> Result<(), Stop> {
+        let none = EventHandle::NULL;
+        let group_api = self.start(
+            EventKind::GroupApi(GroupApi {
+                graph_captured: false,
+                group_depth: 1,
+            }),
+            none,
+            none,
+        )?;
+        let coll_api = self.start(
+            EventKind::CollApi(CollApi {
+                func: Some("AllGather"),
+                count,
+                datatype: Some("ncclBfloat16"),
+                root: 0,
+                stream: 0x2000,
+                graph_captured: false,
+                user_tag: Some(seq + 100),
+            }),
+            group_api,
+            none,
+        )?;
+        self.stop(coll_api, "CollApi")?;
+        self.record(
+            group_api,
+            "GroupApi",
+            S::GROUP_END_API_START,
+            StateArgs::None,
+        )?;
+        let ce = self.start(
+            EventKind::CeColl(CeColl {
+                seq_number: seq,
+                func: Some("AllGather"),
+                count,
+                root: 0,
+                datatype: Some("ncclBfloat16"),
+                sync_strategy: Some("UC"),
+                intra_batch_sync: false,
+                batch_size: 0,
+                num_batches: 0,
+                ce_seq_num: u32::try_from(seq).unwrap_or(u32::MAX),
+                user_tag: Some(seq + 100),
+            }),
+            coll_api,
+            none,
+        )?;
+        // NCCL checks `ceCollProfHandle` before each child; an orphan run withholds
+        // parents, and NCCL never sends a CE child without one.
+        if !ce.is_null() && !self.orphan {
+            let sync = EventKind::CeSync {
+                is_complete: false,
+                n_ranks: 2,
+            };
+            let h = self.start(sync, ce, none)?;
+            self.stop(h, "CeSync")?;
+            let batch = EventKind::CeBatch {
+                num_ops: 2,
+                total_bytes: count * 2,
+                use_intra_sync: false,
+            };
+            let h = self.start(batch, ce, none)?;
+            self.stop(h, "CeBatch")?;
+            let h = self.start(sync, ce, none)?;
+            self.stop(h, "CeSync")?;
+        }
+        self.stop(ce, "CeColl")?;
+        self.stop(group_api, "GroupApi")
     }
 }
 
