@@ -383,5 +383,10 @@ fn ancestors_start_when_only_a_descendant_is_active() {
         cclkit_host::profiler::activated_by(bit::PROXY_CTRL),
         bit::PROXY_CTRL
     );
+    // A copy-engine sync or batch bit alone still starts its CeColl parent.
+    for b in [bit::CE_SYNC, bit::CE_BATCH] {
+        assert_ne!(cclkit_host::profiler::activated_by(bit::CE_COLL) & b, 0);
+        assert_eq!(cclkit_host::profiler::activated_by(b), b);
+    }
     assert!(log(&lib).contains(&format!("start 1 type=2 parent=0 func=AllReduce dtype=ncclFloat32 algo=RING proto=SIMPLE count={count}")));
 }

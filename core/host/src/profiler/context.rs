@@ -129,6 +129,9 @@ pub const fn activated_by(ty: u64) -> u64 {
         bit::P2P => bit::P2P | TASK,
         bit::PROXY_OP => OP,
         bit::PROXY_STEP => STEP,
+        // profiler.cc starts the CeColl when any copy-engine bit is set: CeSync and
+        // CeBatch are only sent under an accepted CeColl.
+        bit::CE_COLL => CE,
         other => other,
     }
 }

@@ -106,7 +106,8 @@ impl std::fmt::Display for LoadOutcome {
 impl ProfilerPlugin {
     /// Loads the profiler `NCCL_PROFILER_PLUGIN` names.
     pub fn from_env() -> Result<Self, LoadOutcome> {
-        Self::load_with(std::env::var(ENV).ok().as_deref(), None)
+        // Through the env plugin, as NCCL reads every NCCL_* parameter.
+        Self::load_with(crate::env::process_env().get(ENV).as_deref(), None)
     }
 
     /// Loads the profiler for a value of `NCCL_PROFILER_PLUGIN`; when no candidate
