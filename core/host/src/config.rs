@@ -90,9 +90,11 @@ pub struct LoaderConfig {
 }
 
 impl LoaderConfig {
-    /// Reads the process environment (the only place the loader does).
+    /// Reads the environment as NCCL does: `NCCL_*` through the process's env plugin
+    /// when one is loaded ([`crate::env::process_env`]), the rest from the process.
     pub fn from_env() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        let env = crate::env::process_env();
+        Self::from_lookup(|k| env.get(k))
     }
 
     /// Builds a configuration from any variable lookup (`None` = unset).

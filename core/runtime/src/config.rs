@@ -208,10 +208,45 @@ pub fn check_name_list(name: &str, v: &str, known: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `read` with a lookup that reads the environment as NCCL does
+/// ([`cclkit_host::env::process_env`]). An error about a value the env plugin
+/// supplied names the plugin as its source; a plugin whose `init` failed fails the
+/// read, as NCCL fails communicator creation.
+pub fn with_nccl_env<T>(
+    read: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<T>,
+) -> Result<T> {
+    let env = cclkit_host::env::process_env();
+    if let Some(e) = env.init_error() {
+        return Err(Error::invalid_usage(e.to_string()));
+    }
+    let from_plugin = std::cell::RefCell::new(Vec::<String>::new());
+    let get = |k: &str| {
+        let (v, src) = env.lookup(k);
+        if v.is_some() && src == cclkit_host::env::ValueSource::EnvPlugin {
+            from_plugin.borrow_mut().push(k.to_owned());
+        }
+        v
+    };
+    read(&get).map_err(|e| {
+        let names = from_plugin.borrow();
+        // Parse errors start "NAME=value"; name the plugin when it supplied NAME.
+        match (
+            names
+                .iter()
+                .find(|n| e.message().starts_with(&format!("{n}="))),
+            env.plugin_label(),
+        ) {
+            (Some(n), Some(label)) => e.context(format!("{n} set by the ENV plugin {label}")),
+            _ => e,
+        }
+    })
+}
+
 impl Config {
-    /// Reads the process environment.
+    /// Reads the environment as NCCL does: `NCCL_*` through the process's env plugin
+    /// (`NCCL_ENV_PLUGIN`, loaded once by cclkit-host), `CCLKIT_*` from the process.
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(&|k| std::env::var(k).ok())
+        with_nccl_env(|get| Self::from_lookup(get))
     }
 
     /// Reads configuration through `get` (`None` = unset).

@@ -67,9 +67,10 @@ pub fn host_hash() -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     hostname.trim().hash(&mut h);
-    match std::env::var("NCCL_HOSTID") {
-        Ok(id) => id.hash(&mut h),
-        Err(_) => std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+    // Through the env plugin when there is one, as NCCL reads its own settings.
+    match cclkit_host::env::process_env().get("NCCL_HOSTID") {
+        Some(id) => id.hash(&mut h),
+        None => std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .unwrap_or_default()
             .trim()
             .hash(&mut h),

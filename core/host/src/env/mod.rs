@@ -19,10 +19,12 @@ use cclkit_abi::raw::common::NcclResult;
 use serde::Serialize;
 
 mod plugin;
+mod process;
 pub mod resolve;
 mod table;
 
 pub use plugin::{EnvInitArgs, EnvPlugin};
+pub use process::{ProcessEnv, ValueSource, asks_plugin, process_env};
 pub use resolve::{ENV_VAR, EnvOutcome, EnvResolution, resolve, resolve_value};
 pub use table::RawEnv;
 

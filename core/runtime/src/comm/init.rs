@@ -69,12 +69,14 @@ impl Comm {
             ..
         } = local;
         let channels = config.channels(devices.len());
-        let env = |k: &str| std::env::var(k).ok();
-        let params = [
-            ProtoParams::new(Protocol::LL, &env)?,
-            ProtoParams::new(Protocol::LL128, &env)?,
-            ProtoParams::new(Protocol::SIMPLE, &env)?,
-        ];
+        // NCCL_BUFFSIZE & co. through the env plugin, as NCCL reads them.
+        let params = crate::config::with_nccl_env(|env| {
+            Ok([
+                ProtoParams::new(Protocol::LL, env)?,
+                ProtoParams::new(Protocol::LL128, env)?,
+                ProtoParams::new(Protocol::SIMPLE, env)?,
+            ])
+        })?;
         let tuning = Self::tuning_for(config, registry, &peers, &ring, comm_id(id), &devices)?;
         let gpu_pci = device.gpu_pci_path();
         let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
@@ -159,7 +161,7 @@ impl Comm {
         if !device.is_cuda() {
             return Ok(Vec::new());
         }
-        let env = GdrEnv::from_env()?;
+        let env = crate::config::with_nccl_env(|get| GdrEnv::from_lookup(get))?;
         let mut out = Vec::with_capacity(devices.len());
         for (d, &(ptr_support, force_flush)) in devices.iter().zip(caps) {
             let (s, r, dec) = device.plans(d.pci_path.as_deref(), ptr_support, force_flush, &env);

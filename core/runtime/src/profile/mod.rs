@@ -47,7 +47,9 @@ fn plugin() -> Option<&'static ProfilerPlugin> {
                 Some(p)
             }
             Err(cclkit_host::profiler::LoadOutcome::NotFound(_))
-                if std::env::var_os(cclkit_host::profiler::ENV).is_none() =>
+                if cclkit_host::env::process_env()
+                    .get(cclkit_host::profiler::ENV)
+                    .is_none() =>
             {
                 None
             }

@@ -444,10 +444,11 @@ pub enum PatKind {
     HalvingDoubling,
 }
 
-/// Data bytes of one slice with protocol `p` (process environment, as the FIFOs).
+/// Data bytes of one slice with protocol `p` (the environment as the FIFOs read it).
 fn pat_slice(p: Protocol) -> usize {
     static SLICES: std::sync::LazyLock<[usize; 3]> = std::sync::LazyLock::new(|| {
-        let env = |k: &str| std::env::var(k).ok();
+        // As the FIFOs read them: through the env plugin (config::with_nccl_env).
+        let env = |k: &str| cclkit_host::env::process_env().get(k);
         [Protocol::LL, Protocol::LL128, Protocol::SIMPLE]
             .map(|p| ProtoParams::new(p, &env).map_or(0, |pp| pp.slice_data()))
     });
@@ -455,11 +456,12 @@ fn pat_slice(p: Protocol) -> usize {
 }
 
 /// Bytes a connection's FIFO holds with protocol `p`, with the buffer sizes
-/// communicators use (the process environment): the largest message recursive
+/// communicators use (read as the FIFOs read them): the largest message recursive
 /// doubling takes, and the most a PAT step sends before it receives.
 pub fn pat_limit(p: Protocol) -> usize {
     static LIMITS: std::sync::LazyLock<[usize; 3]> = std::sync::LazyLock::new(|| {
-        let env = |k: &str| std::env::var(k).ok();
+        // As the FIFOs read them: through the env plugin (config::with_nccl_env).
+        let env = |k: &str| cclkit_host::env::process_env().get(k);
         [Protocol::LL, Protocol::LL128, Protocol::SIMPLE]
             .map(|p| ProtoParams::new(p, &env).map_or(0, |pp| pp.slice_data() * pp.slots()))
     });

@@ -121,7 +121,7 @@ impl EnvView {
     /// come from the process; NCCL keeps asking a plugin whose `init` failed.
     pub fn get(&self, name: &str) -> Option<String> {
         let process = std::env::var(name).ok();
-        let Some(plugin) = self.plugin().filter(|_| asks_plugin(name)) else {
+        let Some(plugin) = self.plugin().filter(|_| env::asks_plugin(name)) else {
             return process;
         };
         match plugin.get_env(name) {
@@ -149,7 +149,7 @@ impl EnvView {
             .map(|&name| {
                 let value = self.get(name);
                 let process = std::env::var(name).ok();
-                let source = match (self.plugin().is_some() && asks_plugin(name), &value) {
+                let source = match (self.plugin().is_some() && env::asks_plugin(name), &value) {
                     (false, Some(_)) => Source::Process,
                     (false, None) => Source::Unset,
                     (true, None) if process.is_none() => Source::Unset,
@@ -223,13 +223,6 @@ impl EnvView {
             problems,
         }
     }
-}
-
-/// NCCL reads `NCCL_ENV_PLUGIN` with `getenv`; other NCCL parameters go through the
-/// plugin. `NCCL_DEBUG*` usually bypass it (see the note doctor prints), but are asked
-/// here so a plugin value that NCCL would ignore is visible.
-fn asks_plugin(name: &str) -> bool {
-    name.starts_with("NCCL_") && name != env::ENV_VAR
 }
 
 /// Renders the section (after the settings line).

@@ -138,7 +138,8 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
     if let Some(code) = crate::standin::relaunch(args.cuda_standin, args.json, "doctor") {
         return code;
     }
-    let config = config_for(args, LoaderConfig::from_env());
+    // The process environment only: doctor's own view below loads the env plugin.
+    let config = config_for(args, LoaderConfig::from_lookup(|k| std::env::var(k).ok()));
     let plugins = format!(
         "net {}, tuner {}",
         config.net_plugin.as_deref().unwrap_or("(default)"),
