@@ -5,8 +5,10 @@
 //! ```text
 //! cargo build --release -p cclkit-net-ofi --example cclkit-ofi-peer
 //! cargo bench -p cclkit-net-ofi --bench ofi_stream \
-//!     [-- --quick] [--provider 'tcp;ofi_rxm'] [--size-mib 1] [--rounds 41]
+//!     [-- --quick] [--provider 'tcp;ofi_rxm'] [--sizes 4K,64K,1M] [--rounds 41]
 //! ```
+//! Default sizes: 4 KiB, 64 KiB, 512 KiB, 1 MiB, 4 MiB, 16 MiB (`--size-mib N`
+//! still picks one size in MiB).
 //! The two processes are `cclkit-ofi-peer mixed` (its `mixed.rs`); this file only
 //! starts them, relays their addresses and prints the table. Each process opens both a plugin connection and a raw endpoint, then runs
 //! bursts of about 64 MiB alternately on each (41 rounds, alternating which goes
@@ -51,10 +53,16 @@ fn main() {
             .cloned()
     };
     let mib: Option<usize> = opt("--size-mib").and_then(|v| v.parse().ok());
-    let sizes: Vec<usize> = match mib {
-        Some(m) => vec![m << 20],
-        None if quick => vec![1 << 20],
-        None => vec![1 << 20, 4 << 20, 16 << 20],
+    let listed = opt("--sizes").map(|v| {
+        v.split(',')
+            .map(|s| parse_size(s).unwrap_or_else(|| panic!("--sizes: bad size {s:?}")))
+            .collect::<Vec<_>>()
+    });
+    let sizes: Vec<usize> = match (listed, mib) {
+        (Some(l), _) => l,
+        (None, Some(m)) => vec![m << 20],
+        (None, None) if quick => vec![1 << 20],
+        (None, None) => vec![4 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20, 16 << 20],
     };
     let rounds = opt("--rounds")
         .and_then(|v| v.parse().ok())
@@ -71,8 +79,8 @@ fn main() {
         for &size in &sizes {
             let r = run(provider, size, rounds);
             println!(
-                "| {provider} | {} MiB | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) |",
-                size >> 20,
+                "| {provider} | {} | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) |",
+                show_size(size),
                 r[0],
                 r[1],
                 r[1] / r[0],
@@ -81,6 +89,29 @@ fn main() {
                 r[4]
             );
         }
+    }
+}
+
+/// `4096`, `4K`, `1M` (binary units).
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, shift) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 20),
+        _ => (s, 0),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_shl(shift))
+        .filter(|n| *n > 0)
+}
+
+/// A size as the table shows it.
+fn show_size(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
+        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
     }
 }
 

@@ -22,6 +22,7 @@ mod flows;
 mod mixed;
 mod net;
 mod pattern;
+mod quiet;
 mod scenarios;
 mod stream;
 

@@ -107,6 +107,7 @@ pub fn loopback(abi: Abi, seed: u64, truncate: bool) -> R<()> {
     let msgs = messages(seed, 1);
     let single: Vec<Vec<Msg>> = msgs.iter().map(|m| vec![*m]).collect();
     interleave(&mut l, seed, &single, &msgs)?;
+    crate::quiet::completed_tests_stay_quiet(&mut l, seed)?;
     many_comms(abi, seed)?;
 
     // The same buffer registered twice (MR cache) and freed twice.

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ mod progress;
 
 pub use conns::Conn;
 use conns::Ids;
+pub use progress::cq_reads;
 
 /// Identifies one posted operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,6 +118,29 @@ struct Slot {
     mr: u64,
 }
 
+/// Hasher for connection keys: the engine hands them out itself (a counter), so
+/// no caller can choose colliding keys, and the data path looks a connection up
+/// several times per request (SipHash cost ~20 ns each).
+#[derive(Default)]
+struct ConnKeyHasher(u64);
+
+impl Hasher for ConnKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing: consecutive keys spread over the table's top bits.
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// How waiting comms check their peer (see `liveness.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct Liveness {
@@ -144,7 +169,7 @@ pub struct Engine {
     /// Posts that had to wait in the backlog (reported when the device closes).
     pub backlogged: u64,
     peers: HashMap<Vec<u8>, u64>,
-    conns: HashMap<u64, Conn>,
+    conns: HashMap<u64, Conn, BuildHasherDefault<ConnKeyHasher>>,
     next_conn: u64,
     ctrl_ids: Ids,
     data_ids: Ids,
@@ -182,7 +207,7 @@ impl Engine {
             backlog: VecDeque::new(),
             backlogged: 0,
             peers: HashMap::new(),
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             next_conn: 1,
             ctrl_ids: Ids::default(),
             data_ids: Ids::default(),

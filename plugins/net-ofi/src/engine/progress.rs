@@ -2,6 +2,7 @@
 //! backlog of posts that got `-FI_EAGAIN`.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use cclkit_abi::nccl_warn;
@@ -10,6 +11,17 @@ use super::{Engine, Failure, Owner, Slot, State};
 use crate::sys;
 
 const CQ_BATCH: usize = 16;
+
+/// `fi_cq_read` calls made by this process (all devices).
+static CQ_READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process has read a completion queue (`fi_cq_read`), for
+/// tests and benchmarks that check how much work a call does: on IP providers a
+/// CQ read is a `poll(2)` system call, so `test` of a request that already
+/// completed must not make one.
+pub fn cq_reads() -> u64 {
+    CQ_READS.load(Ordering::Relaxed)
+}
 /// Bounds one progress call so a flood of completions cannot stall the caller.
 const MAX_BATCHES: usize = 64;
 
@@ -34,6 +46,7 @@ impl Engine {
     fn read_cq(&mut self) {
         let mut entries = [sys::fi_cq_tagged_entry::default(); CQ_BATCH];
         for _ in 0..MAX_BATCHES {
+            CQ_READS.fetch_add(1, Ordering::Relaxed);
             match self.cq.read(&mut entries) {
                 Ok(n) => {
                     for e in &entries[..n] {
