@@ -18,8 +18,9 @@ use rand::{Rng, SeedableRng};
 
 /// Channels forced, so that pieces are `bytes / (channels × ranks)` each.
 const CHANNELS: usize = 2;
-/// Bytes of one ring piece: several slices with a short tail (`NCCL_BUFFSIZE` below).
-const PIECE: usize = 300_004;
+/// Bytes of one ring piece: a whole slice and a shorter tail, within one chunk
+/// (`NCCL_BUFFSIZE` below; a host communicator's Simple chunk is 256 KiB).
+const PIECE: usize = 250_004;
 
 fn ints(seed: u64, count: usize) -> Vec<i32> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -99,14 +100,16 @@ fn expected(case: &str, n: u64, q: u64, direct: bool) -> [u64; 8] {
     let m = n - 1;
     // [recv_copy, src_copy, reduce, send_slot, to_dst, decode, direct_recv, direct_send]
     match (case, direct) {
-        // Reduce-scatter: the first piece copied (pre-op) into a send slot, the others
-        // reduced (into slots, the last one into the output). All-gather: n − 1 pieces
-        // received, n − 2 of them forwarded, plus the output's own piece sent.
-        ("all_reduce", true) => [0, q, m * q, 0, 0, 0, m * q, m * q],
+        // Reduce-scatter: the first piece sent straight from the input (sum has no
+        // pre-op), the others reduced (into slots, the last one into the output).
+        // All-gather: n − 1 pieces received, n − 2 of them forwarded, plus the
+        // output's own piece sent.
+        ("all_reduce", true) => [0, 0, m * q, 0, 0, 0, m * q, m * q + q],
         // Staged: each received piece copied out of its slot, each sent one into a
         // slot: two copies per forwarded byte.
         ("all_reduce", false) => [m * q, q, m * q, m * q, 0, 0, 0, 0],
-        // In place the last reduction reads the bytes it writes: scratch, then output.
+        // In place the last reduction reads the bytes it writes: scratch, then output;
+        // and the first piece is staged (the all-gather phase later writes its bytes).
         ("all_reduce_in_place", true) => [0, q, m * q, 0, q, 0, m * q, m * q],
         ("all_reduce_in_place", false) => [m * q, q, m * q, m * q, q, 0, 0, 0],
         // The own block copied to the output, sent from there; the others received
@@ -131,7 +134,8 @@ fn ring_copies_per_forwarded_byte_on_3_and_4_ranks() {
                 .env("NCCL_PROTO", "Simple")
                 .env("NCCL_MIN_NCHANNELS", CHANNELS)
                 .env("NCCL_MAX_NCHANNELS", CHANNELS)
-                // Slices of 128 KiB: a piece is two slices and a tail.
+                // 128 KiB steps: 256 KiB slices and 512 KiB chunks, capped on host
+                // memory at 128 KiB and 256 KiB: a piece is one slice and a tail.
                 .env("NCCL_BUFFSIZE", 1 << 20)
                 .env("CCLKIT_DIRECT", u8::from(direct))
                 .env("CKT_SEED", 100 + np)

@@ -77,7 +77,8 @@ impl Comm {
                 ProtoParams::new(Protocol::SIMPLE, env)?,
             ])
         })?;
-        let tuning = Self::tuning_for(config, registry, &peers, &ring, comm_id(id), &devices)?;
+        let mut tuning = Self::tuning_for(config, registry, &peers, &ring, comm_id(id), &devices)?;
+        tuning.buffers_on_host(!device.is_cuda());
         let gpu_pci = device.gpu_pci_path();
         let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
         let proxy = Proxy::start_on(rank, device.compute()?, config.direct)?;

@@ -246,7 +246,7 @@ impl Comm {
         } else {
             self.limits.max_coll_bytes
         };
-        let slice = (params.slice_data().min(cap) / elem * elem).max(elem);
+        let slice = (params.slice_on(!self.device.is_cuda()).min(cap) / elem * elem).max(elem);
         let group = if p2p && self.config.grouped_recv {
             self.limits.max_recvs.min(params.slots() / 2).max(1)
         } else {

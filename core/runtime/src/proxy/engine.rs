@@ -314,15 +314,14 @@ impl Engine {
         let overlaps = |a: *const u8, b: *const u8| {
             (a as usize) < b as usize + len && (b as usize) < a as usize + len
         };
-        let trivial_copy =
-            matches!(prim.combine, Combine::Copy { pre: false }) && prim.recv.is_empty();
+        let trivial_copy = direct::plain_copy(prim, op);
         // Direct paths (see `direct`): the receive already landed in `dst`, and/or the
         // sends leave from the user buffer holding the result (`dst`, or the input of
         // a plain copy) when every send connection has it registered.
         let landed = nr == 1 && dst.is_some_and(|d| std::ptr::eq(ins[0].0, d));
         // (A device communicator returned above: this is the host path.)
         let send_from: Option<*const u8> = (ns > 0 && direct::eligible(self.direct, b, prim))
-            .then(|| dst.or(src.filter(|_| direct::plain_copy(prim))))
+            .then(|| dst.or(src.filter(|_| direct::sends_from_input(prim, op))))
             .flatten()
             .map(|f| f.cast_const())
             .filter(|&f| {

@@ -89,8 +89,8 @@ pub struct Prim {
     /// How inputs combine.
     pub combine: Combine,
     /// NCCL's direct paths: the engine may let a receive land straight in `dst`
-    /// and send straight from `dst` (or from `src`, for a plain copy) instead of
-    /// staging through FIFO slots. Only a schedule can promise what that needs: no
+    /// and send straight from `dst` (or from `src`, for a plain copy without `dst`,
+    /// out of place only) instead of staging through FIFO slots. Only a schedule can promise what that needs: no
     /// later primitive of the plan (and none on another channel) writes those bytes,
     /// so a send in flight never sees them change; and the data received can only
     /// arrive after every earlier primitive touching them ran (it depends on what
@@ -252,11 +252,14 @@ pub fn ring_all_reduce(s: &Shape, bytes: usize, cut: Cut) -> Plan {
         let at = |k: usize| base + s.ring.order[(s.ring.index + k) % n] * piece;
         let len = |k: usize| piece_len(at(k), piece, end);
         let p = &mut plan[ch];
+        // Out of place the first piece leaves straight from the input (NCCL's
+        // directSend); in place the engine stages it (`sends_from_input`).
         p.push(
             Prim::new(len(n - 1))
                 .src(Buffer::Send, at(n - 1))
                 .send([next])
-                .combine(Combine::Copy { pre: true }),
+                .combine(Combine::Copy { pre: true })
+                .direct(),
         );
         for j in 2..n {
             let k = n - j;

@@ -425,7 +425,10 @@ pub(crate) fn check_direct(plan: &Plan, in_place: Option<usize>) -> usize {
     let mut checked = 0;
     for (ch, prims) in plan.iter().enumerate() {
         for (i, p) in prims.iter().enumerate().filter(|(_, p)| p.direct) {
-            let from = p.src.filter(|_| p.recv.is_empty() && p.dst.is_none());
+            // The engine sends from the input only out of place.
+            let from = p
+                .src
+                .filter(|_| p.recv.is_empty() && p.dst.is_none() && in_place.is_none());
             let touched = [p.dst, from].into_iter().flatten();
             for m in touched.filter_map(|sp| range(sp, p.len)) {
                 for (ch2, other) in plan.iter().enumerate() {

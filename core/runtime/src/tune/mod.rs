@@ -126,6 +126,8 @@ pub struct Tuning {
     strict: bool,
     records: Mutex<report::Records>,
     fallbacks: Mutex<u64>,
+    /// The communicator's buffers are in host memory (smaller Simple chunks).
+    host_memory: bool,
 }
 
 impl Tuning {
@@ -145,7 +147,14 @@ impl Tuning {
             strict,
             records: Mutex::new(report::Records::default()),
             fallbacks: Mutex::new(0),
+            host_memory: true,
         }
+    }
+
+    /// Whether the communicator's buffers are in host memory (the default): its
+    /// Simple chunks are then capped (see [`ProtoParams::chunk_on`]).
+    pub fn buffers_on_host(&mut self, host: bool) {
+        self.host_memory = host;
     }
 
     /// Overrides `NCCL_ALGO` / `NCCL_PROTO` (tests and tools).
@@ -359,7 +368,8 @@ impl Tuning {
             default_ch
         };
         let p = params(pick.1);
-        let mut chunk = p.chunk_data();
+        let default_chunk = p.chunk_on(self.host_memory);
+        let mut chunk = default_chunk;
         if let Some(tuner) = &self.tuner
             && source != Source::Fallback
         {
@@ -370,7 +380,7 @@ impl Tuning {
                     // NCCL clamps to the buffer, then rounds down to the protocol grain.
                     let max = p.step_data() * (p.slots() * p.slice_steps);
                     chunk = (c.clamp(p.grain(), max) / p.grain()) * p.grain();
-                    if chunk != p.chunk_data() {
+                    if chunk != default_chunk {
                         source = Source::Tuner;
                     }
                 }

@@ -142,8 +142,13 @@ fn model_prefers_low_latency_small_and_bandwidth_large() {
         6.0 * STEP_US + (256u64 << 20) as f64 * 1.5 / (2.0 * NET_B_PER_US),
         "ring Simple, 256 MiB",
     );
-    // Simple's chunk: 4 steps of 512 KiB.
-    assert_eq!(big.chunk, 4 * (512 << 10));
+    // Simple's chunk on host memory: NCCL's 4 steps of 512 KiB, capped at 256 KiB;
+    // a device communicator keeps NCCL's.
+    assert_eq!(big.chunk, crate::protocol::HOST_SIMPLE_CHUNK);
+    let mut dev = tuning(4);
+    dev.buffers_on_host(false);
+    let dev_big = dev.decide(Func::ALL_REDUCE, 256 << 20, 2, &params).unwrap();
+    assert_eq!(dev_big.chunk, 4 * (512 << 10));
     // Broadcast is ring only; Simple moves the most per µs.
     let b = t.decide(Func::BROADCAST, 1 << 20, 2, &params).unwrap();
     assert_eq!((b.algo, b.proto), (Algorithm::RING, Protocol::SIMPLE));

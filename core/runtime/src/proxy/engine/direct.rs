@@ -34,10 +34,24 @@ pub(super) fn eligible(allowed: bool, b: &Batch, prim: &Prim) -> bool {
     prim.direct && allowed && b.params.proto == Protocol::SIMPLE
 }
 
-/// Whether a slice of `prim` is a plain copy of this rank's input (its send may
-/// leave from the input itself).
-pub(super) fn plain_copy(prim: &Prim) -> bool {
-    prim.recv.is_empty() && matches!(prim.combine, Combine::Copy { pre: false })
+/// Whether a slice of `prim` is this rank's input unchanged: nothing received, and
+/// no pre-op or the identity one (every op but avg on a float type).
+pub(super) fn plain_copy(prim: &Prim, op: &OpRef) -> bool {
+    prim.recv.is_empty()
+        && match prim.combine {
+            Combine::Copy { pre } => !pre || !op.red.has_pre_op(),
+            Combine::Reduce { .. } => false,
+        }
+}
+
+/// Whether the sends of a plain copy without a destination may leave from the
+/// input itself, as NCCL's `directSend` does. Only out of place: in place the
+/// input is a range of the output, which later primitives write (ring AllReduce's
+/// all-gather phase lands in the bytes its first send read).
+pub(super) fn sends_from_input(prim: &Prim, op: &OpRef) -> bool {
+    let (s, r) = (op.bufs.send as usize, op.bufs.recv as usize);
+    let apart = s.saturating_add(op.bufs.send_len) <= r || r.saturating_add(op.bufs.recv_len) <= s;
+    apart && prim.dst.is_none() && plain_copy(prim, op)
 }
 
 /// A plugin refused to register a user buffer: said once, then staging is used.
@@ -62,7 +76,7 @@ impl Engine {
                 continue;
             }
             let op = &b.ops[step.op];
-            let span = prim.dst.or(prim.src.filter(|_| plain_copy(prim)));
+            let span = prim.dst.or(prim.src.filter(|_| sends_from_input(prim, op)));
             let Some((base, cap, _)) = span.and_then(|s| buffer_of(op, s, prim.len)) else {
                 continue;
             };
