@@ -231,3 +231,32 @@ fn decisions_are_recorded() {
     assert_eq!((r[0].0, r[0].1, r[0].3), (Func::ALL_REDUCE, 1000, 3));
     assert!(t.report_text().contains("AllReduce"));
 }
+
+/// The remembered cost table: a repeated size gets the same decision as a fresh
+/// model would give, a different size or channel count is computed anew, and
+/// forcing an algorithm list afterwards is obeyed at once.
+#[test]
+fn remembered_table_matches_the_model_and_follows_forced_lists() {
+    let mut t = tuning(4);
+    let fresh = tuning(4);
+    let sizes = [8usize, 3 << 20, 8, 77_777, 77_777, 256 << 20, 8];
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let ch = 1 + i % 2;
+        let got = t.decide(Func::ALL_REDUCE, bytes, ch, &params).unwrap();
+        let want = fresh.decide(Func::ALL_REDUCE, bytes, ch, &params).unwrap();
+        assert_eq!(got, want, "{bytes} bytes, {ch} channels");
+        assert_eq!(
+            t.table_for(Func::ALL_REDUCE, bytes, ch),
+            fresh.table(Func::ALL_REDUCE, bytes, ch)
+        );
+    }
+    assert_eq!(
+        t.decide(Func::ALL_REDUCE, 8, 1, &params).unwrap().algo,
+        Algorithm::PAT
+    );
+    t.force(Some("ring".into()), None);
+    assert_eq!(
+        t.decide(Func::ALL_REDUCE, 8, 1, &params).unwrap().algo,
+        Algorithm::RING
+    );
+}
