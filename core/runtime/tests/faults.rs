@@ -302,7 +302,8 @@ fn plugin_isend_error_surfaces_with_its_text() {
             packaged("libnccl-net-cclkit-socket.so").display(),
         )
         .env("CCLKIT_OP_TIMEOUT", OP_TIMEOUT)
-        .env("CKT_SIZE", (256 << 10) + 3)
+        // Below one host slice (128 KiB, NCCL's P2P net chunk): one isend per round.
+        .env("CKT_SIZE", (100 << 10) + 3)
         .rank_env(1, "NET_FAIL_AFTER", 6)
         .timeout(Duration::from_secs(60))
         .run();
@@ -313,7 +314,7 @@ fn plugin_isend_error_surfaces_with_its_text() {
     let (msg, code) = error_of(&run, 1);
     assert!(
         msg.contains("isend")
-            && msg.contains("net_fail: isend of 262147 bytes refused on purpose after 6 sends"),
+            && msg.contains("net_fail: isend of 102403 bytes refused on purpose after 6 sends"),
         "the plugin's WARN is missing from rank 1's error: {msg}"
     );
     assert_eq!(code, 2, "ncclSystemError as the plugin returned: {msg}");
