@@ -129,10 +129,13 @@ fn every_version_moves_data_and_closes_everything() {
         for len in [0, 1, rng.random_range(2..4096), 100_003] {
             transfer(&mut send, &mut recv, len, &mut rng);
         }
-        grouped_receive_matches_tags(&mut send, &mut recv, v, &mut rng);
+        // Three buffers (NCCL's grouped receives), then eleven: more sizes than a
+        // completion keeps inline.
+        grouped_receive_matches_tags(&mut send, &mut recv, v, 3, &mut rng);
+        grouped_receive_matches_tags(&mut send, &mut recv, v, 11, &mut rng);
         assert_eq!(
             counter(&path, "irecvConsumed"),
-            if v >= 7 { 1 } else { 0 },
+            if v >= 7 { 2 } else { 0 },
             "v{v}"
         );
         send.close().expect("closeSend");
@@ -157,22 +160,27 @@ fn every_version_moves_data_and_closes_everything() {
     }
 }
 
-/// Three buffers of one receive; sends arrive with tags 3, 1, 2 and land by tag.
+/// `n` buffers of one receive, tags 1..=n; the sends arrive in a shuffled tag order
+/// and each lands by its tag, with its own size reported in buffer order.
 fn grouped_receive_matches_tags(
     send: &mut SendComm,
     recv: &mut RecvComm,
     version: u32,
+    n: usize,
     rng: &mut impl RngCore,
 ) {
-    let mut bufs = [vec![0u8; 300], vec![0u8; 300], vec![0u8; 300]];
-    let payloads: Vec<Vec<u8>> = [17usize, 250, 99]
-        .iter()
-        .map(|&n| {
-            let mut v = vec![0u8; n];
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 300]).collect();
+    let payloads: Vec<Vec<u8>> = (0..n)
+        .map(|_| {
+            let mut v = vec![0u8; rng.random_range(1..=300)];
             rng.fill_bytes(&mut v);
             v
         })
         .collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
     // SAFETY: buffers and payloads outlive the requests.
     unsafe {
         let rb: Vec<RecvBuffer<'_>> = bufs
@@ -186,7 +194,7 @@ fn grouped_receive_matches_tags(
             })
             .collect();
         let mut rreq = recv.irecv(&rb, false).expect("irecv").expect("posted");
-        let mut sreqs: Vec<Request> = [2usize, 0, 1]
+        let mut sreqs: Vec<Request> = order
             .iter()
             .map(|&i| {
                 let pl = &payloads[i];
@@ -196,12 +204,13 @@ fn grouped_receive_matches_tags(
             })
             .collect();
         let sizes = wait(&mut || recv.test(&mut rreq).expect("test"));
-        assert_eq!(sizes.as_slice(), [17, 250, 99]);
+        let want: Vec<usize> = payloads.iter().map(Vec::len).collect();
+        assert_eq!(sizes.as_slice(), want, "{n} buffers");
         for r in &mut sreqs {
             wait(&mut || send.test(r).expect("test send"));
         }
         let id = rreq.id();
-        let consumed = recv.irecv_consumed(3, id).expect("irecvConsumed");
+        let consumed = recv.irecv_consumed(n, id).expect("irecvConsumed");
         assert_eq!(consumed, version >= 7, "irecvConsumed exists from v7");
     }
     for (i, pl) in payloads.iter().enumerate() {

@@ -40,16 +40,28 @@ pub struct RequestId {
 
 /// Sizes a completed request reported: one per buffer of a receive, one for a send,
 /// none for a flush.
-#[derive(Clone, Copy, PartialEq, Eq)]
+///
+/// Up to 8 sizes are kept inline (every NCCL receive groups at most
+/// 8 buffers); a larger group, which only a host may ask for, is boxed. `test` is
+/// the data path's hottest call, so a completion must not clear and move NCCL's
+/// whole 64-entry array.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Sizes {
     len: usize,
-    values: [usize; MAX_GROUPED],
+    inline: [usize; INLINE_SIZES],
+    spill: Option<Box<[usize]>>,
 }
+
+/// Sizes a [`Sizes`] holds without allocating.
+const INLINE_SIZES: usize = 8;
 
 impl Sizes {
     /// The sizes, in buffer order.
     pub fn as_slice(&self) -> &[usize] {
-        &self.values[..self.len]
+        match &self.spill {
+            Some(all) => all,
+            None => &self.inline[..self.len],
+        }
     }
 }
 
@@ -127,12 +139,17 @@ impl Request {
         self.done = true;
         let mut out = Sizes {
             len: n,
-            values: [0; MAX_GROUPED],
+            inline: [0; INLINE_SIZES],
+            spill: (n > INLINE_SIZES).then(|| vec![0; n].into_boxed_slice()),
         };
-        for i in 0..n {
+        let values = match &mut out.spill {
+            Some(all) => &mut all[..],
+            None => &mut out.inline[..n],
+        };
+        for (i, slot) in values.iter_mut().enumerate() {
             // SAFETY: `ptr` points to an array of at least `n` ints (chosen above).
             let v = unsafe { ptr.add(i).read() };
-            out.values[i] = usize::try_from(v)
+            *slot = usize::try_from(v)
                 .map_err(|_| s.refuse("test", format!("reported size {v} for buffer {i}")))?;
         }
         Ok(Some(out))
