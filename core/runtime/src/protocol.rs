@@ -32,9 +32,10 @@ pub const DEFAULT_LL128_BUFFSIZE: usize = 120 * 640 * NCCL_STEPS * 8;
 /// Largest Simple slice (what one `isend` carries) on a communicator whose buffers
 /// are in host memory. NCCL's 4 MiB buffer (1 MiB slices, 2 MiB chunks) is sized
 /// for GPU memory; here every byte a slice brings is reduced or forwarded by a CPU,
-/// and a slice that stays in the core's L2 is worked on while hot. Measured on 2–4
-/// local ranks, 1–16 MiB AllReduce, best of 3–6 runs (docs/PERFORMANCE.md): 128 KiB
-/// slices with [`HOST_SIMPLE_CHUNK`] chunks took 20–30 % less time from 4 MiB.
+/// and a slice that stays in the core's L2 is worked on while hot. Measured with
+/// [`HOST_SIMPLE_CHUNK`] chunks, 1–16 MiB AllReduce, old and new binary alternated
+/// (docs/PERFORMANCE.md): 8–16 MiB took 25–35 % less time on 2 and 4 ranks; 4 MiB
+/// 30 % less on 2–3 ranks and 5–15 % less on 4.
 pub const HOST_SIMPLE_SLICE: usize = 128 << 10;
 /// Largest Simple chunk on a host communicator: a ring or tree loop's piece per
 /// rank and channel, so a loop's pieces are still in cache when its all-gather

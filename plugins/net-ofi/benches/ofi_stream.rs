@@ -5,10 +5,9 @@
 //! ```text
 //! cargo build --release -p cclkit-net-ofi --example cclkit-ofi-peer
 //! cargo bench -p cclkit-net-ofi --bench ofi_stream \
-//!     [-- --quick] [--provider 'tcp;ofi_rxm'] [--sizes 4K,64K,1M] [--rounds 41]
+//!     [-- --quick] [--provider 'tcp;ofi_rxm'] [--sizes-kib 4,64,1024] [--rounds 41]
 //! ```
-//! Default sizes: 4 KiB, 64 KiB, 512 KiB, 1 MiB, 4 MiB, 16 MiB (`--size-mib N`
-//! still picks one size in MiB).
+//! Default sizes: 4 KiB, 64 KiB, 512 KiB, 1 MiB, 4 MiB, 16 MiB.
 //! The two processes are `cclkit-ofi-peer mixed` (its `mixed.rs`); this file only
 //! starts them, relays their addresses and prints the table. Each process opens both a plugin connection and a raw endpoint, then runs
 //! bursts of about 64 MiB alternately on each (41 rounds, alternating which goes
@@ -52,17 +51,18 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
-    let mib: Option<usize> = opt("--size-mib").and_then(|v| v.parse().ok());
-    let listed = opt("--sizes").map(|v| {
+    let listed = opt("--sizes-kib").map(|v| {
         v.split(',')
-            .map(|s| parse_size(s).unwrap_or_else(|| panic!("--sizes: bad size {s:?}")))
+            .map(|k| match k.trim().parse::<usize>() {
+                Ok(k) if k > 0 => k << 10,
+                _ => panic!("--sizes-kib: {k:?} is not a positive number of KiB"),
+            })
             .collect::<Vec<_>>()
     });
-    let sizes: Vec<usize> = match (listed, mib) {
-        (Some(l), _) => l,
-        (None, Some(m)) => vec![m << 20],
-        (None, None) if quick => vec![1 << 20],
-        (None, None) => vec![4 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20, 16 << 20],
+    let sizes: Vec<usize> = match listed {
+        Some(l) => l,
+        None if quick => vec![1 << 20],
+        None => vec![4 << 10, 64 << 10, 512 << 10, 1 << 20, 4 << 20, 16 << 20],
     };
     let rounds = opt("--rounds")
         .and_then(|v| v.parse().ok())
@@ -92,26 +92,11 @@ fn main() {
     }
 }
 
-/// `4096`, `4K`, `1M` (binary units).
-fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, shift) = match s.as_bytes().last()? {
-        b'K' | b'k' => (&s[..s.len() - 1], 10),
-        b'M' | b'm' => (&s[..s.len() - 1], 20),
-        _ => (s, 0),
-    };
-    num.parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_shl(shift))
-        .filter(|n| *n > 0)
-}
-
 /// A size as the table shows it.
 fn show_size(size: usize) -> String {
     match size {
-        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
-        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
-        s => format!("{s} B"),
+        s if s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
+        s => format!("{} KiB", s >> 10),
     }
 }
 

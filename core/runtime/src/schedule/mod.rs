@@ -90,11 +90,12 @@ pub struct Prim {
     pub combine: Combine,
     /// NCCL's direct paths: the engine may let a receive land straight in `dst`
     /// and send straight from `dst` (or from `src`, for a plain copy without `dst`,
-    /// out of place only) instead of staging through FIFO slots. Only a schedule can promise what that needs: no
-    /// later primitive of the plan (and none on another channel) writes those bytes,
-    /// so a send in flight never sees them change; and the data received can only
-    /// arrive after every earlier primitive touching them ran (it depends on what
-    /// this rank sent), so a receive posted ahead never lands early.
+    /// out of place only) instead of staging through FIFO slots. Only a schedule
+    /// can promise what that needs: no later primitive of the plan (and none on
+    /// another channel) writes those bytes, so a send in flight never sees them
+    /// change; and the data received can only arrive after every earlier
+    /// primitive touching them ran (it depends on what this rank sent), so a
+    /// receive posted ahead never lands early.
     pub direct: bool,
 }
 
