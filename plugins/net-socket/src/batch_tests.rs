@@ -447,3 +447,80 @@ fn large_inline_payloads_bypass_the_staging_buffer() {
     net.close_send(send).expect("close");
     net.close_recv(recv).expect("close");
 }
+
+/// The receive control socket's `TCP_QUICKACK` as the kernel reports it: 0 while
+/// ACKs are delayed.
+fn quick_acks_on(comm: &Comm) -> c_int {
+    let fd = match &*comm.core().control() {
+        Control::Recv(c) => c.socket().as_raw_fd(),
+        Control::Send(_) => panic!("not a receive comm"),
+    };
+    let mut v: c_int = -1;
+    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    // SAFETY: reads one int into `v`, with its size in `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&raw mut v).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "getsockopt(TCP_QUICKACK)");
+    v
+}
+
+/// Sends one message of `len` random bytes and checks it arrives whole.
+fn round(net: &SocketNet, send: &mut Comm, recv: &mut Comm, len: usize, rng: &mut impl Rng) {
+    let mut msg = random_bytes(rng, len);
+    let mut dst = vec![CANARY; len + SLACK];
+    let mut s = [post_send(net, send, &mut msg)];
+    let mut r = [post_recv(net, recv, &mut dst)];
+    finish_all(&mut s, &mut r);
+    assert!(dst[..len] == msg[..], "{len}-byte message corrupted");
+    assert!(
+        dst[len..].iter().all(|&b| b == CANARY),
+        "{len}-byte message overran"
+    );
+}
+
+#[test]
+fn small_messages_delay_acks_and_large_ones_restore_quick_acks() {
+    let net = net(0, 1);
+    let (mut send, mut recv) = pair(&net);
+    let mut rng = rand::rng();
+    // A fresh connection ACKs at once, as TCP does by default.
+    assert_eq!(quick_acks_on(&recv), 1, "fresh socket");
+    let mut kernel_delayed = 0;
+    for phase in 0..4 {
+        for _ in 0..rng.random_range(3..9) {
+            let len = rng.random_range(1..4000);
+            round(&net, &mut send, &mut recv, len, &mut rng);
+        }
+        assert!(acks_delayed(&recv), "phase {phase}: small messages");
+        // The kernel drops delayed ACKs by itself when its delayed-ACK timer
+        // (≥ 40 ms) fires, which a stalled test machine can let happen: one phase
+        // that shows them is the proof, none would be the bug.
+        kernel_delayed += usize::from(quick_acks_on(&recv) == 0);
+        let len = rng.random_range(100_000..700_000);
+        round(&net, &mut send, &mut recv, len, &mut rng);
+        assert!(!acks_delayed(&recv), "phase {phase}: a {len}-byte message");
+        // Quick ACKs, once asked for, stay on: this one is exact.
+        assert_eq!(
+            quick_acks_on(&recv),
+            1,
+            "phase {phase}: a {len}-byte message"
+        );
+    }
+    assert!(kernel_delayed > 0, "the kernel never showed delayed ACKs");
+    net.close_send(send).expect("close");
+    net.close_recv(recv).expect("close");
+}
+
+fn acks_delayed(comm: &Comm) -> bool {
+    match &*comm.core().control() {
+        Control::Recv(c) => c.acks_delayed(),
+        Control::Send(_) => panic!("not a receive comm"),
+    }
+}

@@ -27,6 +27,10 @@ use crate::wire::{self, Cts, FLAG_INLINE, FLAG_TRUNCATED, Header, MAX_RECVS};
 const STAGE: usize = 64 * 1024;
 /// Payload reads at least this large bypass the staging buffer.
 const DIRECT: usize = 16 * 1024;
+/// Reads that brought data between two requests for delayed ACKs (see
+/// [`sys::delay_acks`]): the kernel leaves that mode after an idle spell, and
+/// one `setsockopt` per 64 reads costs nothing measurable.
+const DELAY_ACKS_EVERY: u64 = 64;
 
 /// A posted receive still waiting for (some of) its messages.
 struct Posted {
@@ -79,6 +83,11 @@ pub struct RecvCtl {
     large: bool,
     /// Payload bytes copied out of `stage` (the read-ahead tests bound them).
     staged: u64,
+    /// Staging reads that brought data while messages were small (re-arms
+    /// delayed ACKs every [`DELAY_ACKS_EVERY`]).
+    filled: u64,
+    /// Delayed ACKs were asked for and not revoked since.
+    acks_delayed: bool,
 }
 
 impl RecvCtl {
@@ -97,6 +106,8 @@ impl RecvCtl {
             reads: 0,
             large: false,
             staged: 0,
+            filled: 0,
+            acks_delayed: false,
         }
     }
 
@@ -108,6 +119,12 @@ impl RecvCtl {
     /// Payload bytes that went through the staging buffer so far.
     pub fn staged(&self) -> u64 {
         self.staged
+    }
+
+    /// Whether this stream asked for delayed ACKs and has not revoked them.
+    #[cfg(test)]
+    pub fn acks_delayed(&self) -> bool {
+        self.acks_delayed
     }
 
     /// The control socket (tests look at what is waiting in it).
@@ -163,6 +180,14 @@ impl RecvCtl {
             Ok(0) => Err(eof(core)),
             Ok(n) => {
                 self.end += n;
+                if !self.large {
+                    if !self.acks_delayed || self.filled % DELAY_ACKS_EVERY == 0 {
+                        // Best effort: a socket that refuses keeps quick ACKs, which
+                        // costs time, never correctness.
+                        self.acks_delayed = sys::delay_acks(self.sock.as_raw_fd()).is_ok();
+                    }
+                    self.filled += 1;
+                }
                 Ok(true)
             }
             Err(e) if sys::would_block(&e) => Ok(false),
@@ -268,6 +293,11 @@ impl RecvCtl {
             .map_err(|_| protocol(format!("message size {}", head.size)))?;
         let inline = head.flags & FLAG_INLINE != 0;
         self.large = inline && head.size >= DIRECT as u64;
+        if self.large && self.acks_delayed {
+            // Bulk data wants every ACK at once (measured: 1 MiB streams lost up
+            // to half their rate with delayed ACKs): the sender's window grows on them.
+            self.acks_delayed = sys::quick_acks(self.sock.as_raw_fd()).is_err();
+        }
         let count = usize::from(head.chunks);
         let nlanes = core.lanes.len();
         if !inline && head.flags & FLAG_TRUNCATED == 0 && (count == 0 || count > nlanes) {

@@ -213,6 +213,26 @@ pub fn set_keepalive(
     set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count)
 }
 
+/// Asks the kernel to delay this socket's ACKs (`TCP_QUICKACK` off) instead of
+/// answering every segment with a pure ACK at once. On a one-way stream (a
+/// receive comm's control socket carries nothing back outside grouped mode)
+/// those ACKs can never ride on reply data, and each one costs a segment's
+/// send and receive path on both sides: measured over loopback with 8-byte
+/// exchanges on two one-way sockets, 7.1 → 5.9 µs per exchange, the same as one
+/// bidirectional socket, with ~25 % fewer segments. The kernel still ACKs every
+/// second small segment the application has read and every full-sized one, so
+/// the sender's window never waits on the delayed-ACK timer; it may drop back to
+/// quick ACKs by itself (when that timer fires), so callers re-arm it now and then.
+/// Only for small messages: bulk transfers slow down without quick ACKs.
+pub fn delay_acks(fd: RawFd) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 0)
+}
+
+/// Undoes [`delay_acks`]: every segment is ACKed at once again.
+pub fn quick_acks(fd: RawFd) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+}
+
 /// True for errors that mean "try again later" on a non-blocking socket.
 pub fn would_block(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock
