@@ -32,7 +32,7 @@ echo "ok   C hosts pass every tuner-constants layout (NCCL 1152, v7 1272, RCCL 1
 # and prints one timing per connection model.
 gcc -O2 -Wall -Wextra -Werror "$root/core/cli/perf/tcp_exchange.c" -o "$out/tcp_exchange"
 probe=$("$out/tcp_exchange" 200)
-[ "$(grep -cE '^(one bidirectional socket|two one-way sockets) .*: [0-9]+\.[0-9]+ us per exchange$' <<<"$probe")" = 2 ] ||
+[ "$(grep -cE '^(one bidirectional socket|two one-way sockets)[^:]*: [0-9]+\.[0-9]+ us per exchange$' <<<"$probe")" = 3 ] ||
   { echo "tcp_exchange printed:"; echo "$probe"; exit 1; } >&2
 if "$out/tcp_exchange" 0 2>/dev/null; then echo "tcp_exchange accepted 0 iterations" >&2; exit 1; fi
 mpicc -O2 -Wall -Wextra -Werror "$root/core/cli/perf/mpi_allreduce.c" -o "$out/mpi_allreduce"

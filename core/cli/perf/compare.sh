@@ -103,7 +103,8 @@ for np in $NPS; do
 done
 # The floor under the 8-byte rows on 2 ranks: a bare 8-byte exchange in C over the
 # two connection models (MPI: one socket per peer pair; NCCL's net API: a one-way
-# send comm and a one-way receive comm, so each message costs a pure ACK).
+# send comm and a one-way receive comm, so each message costs a pure ACK), and the
+# one-way model with the receiver's ACKs delayed, as cclkit-socket runs it.
 echo "#"
 echo "# raw TCP 8-byte exchange between 2 processes, best of $REPEAT (core/cli/perf/tcp_exchange.c):"
 for ((r = 0; r < REPEAT; r++)); do prio "$work/tcp_exchange" 100000; done |

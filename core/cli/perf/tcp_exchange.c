@@ -5,6 +5,9 @@
  * over TWO one-way sockets (what NCCL's net API gives a transport: a send comm and a
  * separate receive comm per peer). With one-way sockets every small message is
  * answered by a pure TCP ACK, which a bidirectional socket piggybacks on the reply.
+ * A third run uses two one-way sockets whose receiving side delays its ACKs
+ * (TCP_QUICKACK off, re-armed every 64 messages), as cclkit-socket's receive comms
+ * do for small messages: the kernel then ACKs every second small segment.
  *
  *   cc -O2 -o tcp_exchange tcp_exchange.c && ./tcp_exchange [iterations]
  *
@@ -78,11 +81,19 @@ static int take(int l)
     return s;
 }
 
+/* Connection models measured. */
+enum model { ONE_SOCKET, ONE_WAY, ONE_WAY_DELAYED_ACKS };
+
 /* n exchanges: send 8 bytes on tx, then poll rx until 8 bytes have arrived. */
-static void exchange(int tx, int rx, long n)
+static void exchange(int tx, int rx, long n, enum model m)
 {
     char buf[8] = {0};
+    const int off = 0;
     for (long i = 0; i < n; i++) {
+        /* The kernel drops delayed ACKs by itself after an idle spell: re-arm. */
+        if (m == ONE_WAY_DELAYED_ACKS && i % 64 == 0 &&
+            setsockopt(rx, IPPROTO_TCP, TCP_QUICKACK, &off, sizeof off))
+            die("TCP_QUICKACK");
         if (send(tx, buf, sizeof buf, 0) != (ssize_t)sizeof buf)
             die("send");
         size_t got = 0;
@@ -105,9 +116,10 @@ static double seconds(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Microseconds per exchange over one socket (one_way = 0) or two one-way sockets. */
-static double measure(int one_way, long iters)
+/* Microseconds per exchange under model m. */
+static double measure(enum model m, long iters)
 {
+    const int one_way = m != ONE_SOCKET;
     const long warmup = iters / 10 + 1;
     unsigned short p1, p2;
     int l1 = listener(&p1), l2 = listener(&p2);
@@ -117,14 +129,14 @@ static double measure(int one_way, long iters)
     if (child == 0) {
         int tx = dial(p1);
         int rx = one_way ? dial(p2) : tx;
-        exchange(tx, rx, warmup + iters);
+        exchange(tx, rx, warmup + iters, m);
         _exit(0);
     }
     int rx = take(l1);
     int tx = one_way ? take(l2) : rx;
-    exchange(tx, rx, warmup);
+    exchange(tx, rx, warmup, m);
     double t0 = seconds();
-    exchange(tx, rx, iters);
+    exchange(tx, rx, iters, m);
     double us = (seconds() - t0) / (double)iters * 1e6;
     int status = 0;
     if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status))
@@ -144,7 +156,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "tcp_exchange: iterations must be > 0, got '%s'\n", argv[1]);
         return 2;
     }
-    printf("one bidirectional socket (MPI): %.2f us per exchange\n", measure(0, iters));
-    printf("two one-way sockets (NCCL net API): %.2f us per exchange\n", measure(1, iters));
+    printf("one bidirectional socket (MPI): %.2f us per exchange\n", measure(ONE_SOCKET, iters));
+    printf("two one-way sockets (NCCL net API): %.2f us per exchange\n", measure(ONE_WAY, iters));
+    printf("two one-way sockets, delayed ACKs (cclkit-socket): %.2f us per exchange\n",
+           measure(ONE_WAY_DELAYED_ACKS, iters));
     return 0;
 }
