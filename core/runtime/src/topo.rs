@@ -57,6 +57,11 @@ pub struct PeerInfo {
     pub plugin_version: u32,
     /// The rank's net devices.
     pub devices: Vec<NetDevice>,
+    /// Whether this rank's buffers are device memory (a CUDA device, or the
+    /// stand-in): a communicator with any such rank runs every rank as a device
+    /// communicator, so all agree on protocol, chunk and slice sizes.
+    #[serde(default)]
+    pub device_buffers: bool,
 }
 
 /// Hash identifying "a host": hostname, `NCCL_HOSTID` (or the kernel boot id), and the
@@ -451,6 +456,7 @@ mod tests {
             plugin: "x".into(),
             plugin_version: 12,
             devices: vec![],
+            device_buffers: false,
         }
     }
 

@@ -10,7 +10,9 @@
 //!   receive is flushed with `iflush` (the emulated GPU is "pre-Hopper");
 //! * without the level, the same plugin gets host staging and no flush;
 //! * without a driver, `CCLKIT_DEVICE=cuda` fails on every rank with
-//!   "no CUDA driver: libcuda.so.1 not found".
+//!   "no CUDA driver: libcuda.so.1 not found";
+//! * a communicator mixing host and device ranks runs every rank with device
+//!   sizes and the Simple protocol, so both ends of each connection agree.
 
 #[macro_use]
 mod common_rt;
@@ -103,6 +105,62 @@ fn device_collectives() {
         emit("gdr", stats.map(i64::from));
     }
     comm.destroy().expect("destroy");
+}
+
+/// The rank program of a mixed communicator: AllReduce at sizes whose host and
+/// device slicing differ (and a small one where host ranks alone would pick LL),
+/// AllGather, each checked exactly against every rank's input.
+fn mixed_collectives() {
+    let comm = join();
+    let (me, n) = (comm.rank(), comm.nranks());
+    emit("cuda", comm.device().is_cuda());
+    let dev = comm.device();
+    for (i, count) in [3usize, 1_000, 300_007, 1_100_003].into_iter().enumerate() {
+        let dt = DataType::INT32;
+        let inputs: Vec<Vec<u8>> = (0..n)
+            .map(|r| input(dt, RedOp::SUM, count, &mut Rng::new(&[r as u64, i as u64])))
+            .collect();
+        let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut send = dev.alloc_user(count * 4).expect("send buffer");
+        let mut recv = dev.alloc_user(count * 4).expect("recv buffer");
+        send.copy_from_slice(&inputs[me]);
+        comm.all_reduce(&send, &mut recv, dt, RedOp::SUM)
+            .unwrap_or_else(|e| panic!("all_reduce of {count}: {e}"));
+        check_reduction(dt, RedOp::SUM, &refs, 0, &recv)
+            .unwrap_or_else(|e| panic!("all_reduce of {count}: {e}"));
+    }
+    let part = 200_003;
+    let mine = Rng::new(&[9, me as u64]).bytes(part * 4);
+    let mut send = dev.alloc_user(part * 4).expect("send");
+    let mut all = dev.alloc_user(n * part * 4).expect("recv");
+    send.copy_from_slice(&mine);
+    comm.all_gather(&send, &mut all).expect("all_gather");
+    for r in 0..n {
+        let want = Rng::new(&[9, r as u64]).bytes(part * 4);
+        assert!(
+            all[r * part * 4..(r + 1) * part * 4] == want[..],
+            "all_gather part {r}"
+        );
+    }
+    comm.destroy().expect("destroy");
+}
+
+#[test]
+fn a_comm_mixing_host_and_device_ranks_agrees_on_slices_and_protocol() {
+    rank!(mixed_collectives);
+    // Rank 1 of 3 on the emulated GPU, the others on host memory.
+    let run = Job::new(test_name!(), 3)
+        .envs(builtin_net())
+        .env("CCLKIT_OP_TIMEOUT", 30)
+        .rank_env(1, "CCLKIT_DEVICE", "cuda")
+        .rank_env(1, "CCLKIT_CUDA_EMULATE", 1)
+        .timeout(Duration::from_secs(180))
+        .run();
+    run.assert_ok();
+    let kinds: Vec<bool> = (0..3)
+        .map(|r| run.value(r, "cuda").as_bool().unwrap_or_default())
+        .collect();
+    assert_eq!(kinds, [false, true, false], "{}", run.describe());
 }
 
 /// The GDR test plugin, compiled for this test.

@@ -44,8 +44,6 @@ impl Comm {
             )));
         }
         let device = Device::open(config.device).map_err(|e| e.context(format!("rank {rank}")))?;
-        let device_config = Self::config_for_device(config, &device);
-        let config = &device_config;
         let boot = Bootstrap::init(id, rank, nranks, config.bootstrap_timeout)?;
         crate::install_builtin_net();
         let registry: &NetRegistry = match config.registry.as_deref() {
@@ -54,8 +52,13 @@ impl Comm {
         };
         crate::profile::preload();
         let local = LocalNet::select(registry, config, comm_id(id), rank)?;
-        let (peers, limits) = exchange_peers(&boot, &local, rank, nranks)?;
+        let (peers, limits) = exchange_peers(&boot, &local, rank, nranks, device.is_cuda())?;
         check_same_plugin(&peers, rank)?;
+        // Slices, chunks and protocols must match on both ends of every connection:
+        // one device rank makes the whole communicator a device communicator.
+        let host_buffers = host_buffers(&peers, rank);
+        let kind_config = Self::config_for_buffers(config, host_buffers);
+        let config = &kind_config;
         let ring = topo::ring(&peers);
         let shape = shape_of(&peers, &ring, rank, nranks);
         let local_rank = peers
@@ -78,7 +81,7 @@ impl Comm {
             ])
         })?;
         let mut tuning = Self::tuning_for(config, registry, &peers, &ring, comm_id(id), &devices)?;
-        tuning.buffers_on_host(!device.is_cuda());
+        tuning.buffers_on_host(host_buffers);
         let gpu_pci = device.gpu_pci_path();
         let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
         let proxy = Proxy::start_on(rank, device.compute()?, config.direct)?;
@@ -99,6 +102,7 @@ impl Comm {
             devices,
             p2p_links: Mutex::new(HashSet::new()),
             tuning,
+            host_buffers,
             device,
             gpu_pci,
             places,
@@ -129,12 +133,12 @@ impl Comm {
         );
     }
 
-    /// The configuration a communicator on `device` runs with: device
-    /// communicators use the Simple protocol only (LL/LL128 are flag protocols
+    /// The configuration a communicator runs with: device communicators (any rank
+    /// on device memory) use the Simple protocol only (LL/LL128 are flag protocols
     /// GPU threads poll; cclkit's proxy decodes them on the host).
-    fn config_for_device(config: &Config, device: &Device) -> Config {
+    fn config_for_buffers(config: &Config, host_buffers: bool) -> Config {
         let mut c = config.clone();
-        if device.is_cuda() {
+        if !host_buffers {
             if c.proto
                 .as_deref()
                 .is_some_and(|p| !p.trim().eq_ignore_ascii_case("simple"))
@@ -308,6 +312,7 @@ fn exchange_peers(
     local: &LocalNet,
     rank: usize,
     nranks: usize,
+    device_buffers: bool,
 ) -> Result<(Vec<PeerInfo>, Limits)> {
     let me = PeerInfo {
         rank,
@@ -320,6 +325,7 @@ fn exchange_peers(
         plugin: local.net.plugin().name().to_owned(),
         plugin_version: local.net.plugin().version(),
         devices: local.devices.clone(),
+        device_buffers,
     };
     let mut limits = local.limits;
     let mine = serde_json::to_vec(&(
@@ -358,6 +364,25 @@ fn shape_of(peers: &[PeerInfo], ring: &topo::Ring, rank: usize, nranks: usize) -
             down: trees[t][rank].down.clone(),
         }),
     }
+}
+
+/// Whether every rank's buffers are host memory. When some are not, says once (on
+/// a host rank, which is the one whose behaviour changes) that this rank runs with
+/// device sizes and the Simple protocol.
+fn host_buffers(peers: &[PeerInfo], rank: usize) -> bool {
+    let device: Vec<usize> = peers
+        .iter()
+        .filter(|p| p.device_buffers)
+        .map(|p| p.rank)
+        .collect();
+    if !device.is_empty() && !peers[rank].device_buffers {
+        tracing::info!(
+            target: "cclkit::init",
+            "rank {rank}: host buffers, but ranks {device:?} use device memory: \
+             running as a device communicator (Simple protocol, NCCL's chunk and slice sizes)"
+        );
+    }
+    device.is_empty()
 }
 
 /// Every rank must run the same plugin and ABI version (a mixed cluster hangs NCCL).

@@ -51,6 +51,9 @@ pub struct Comm {
     devices: Vec<NetDevice>,
     p2p_links: Mutex<HashSet<(usize, bool)>>,
     tuning: Tuning,
+    /// Every rank's buffers are host memory (slices and chunks sized for a CPU
+    /// cache); false when any rank's are device memory.
+    host_buffers: bool,
     /// Where user buffers live (`CCLKIT_DEVICE`).
     device: Device,
     /// The GPU's PCI path, and per NIC where (send, receive) FIFO slots live.
@@ -246,7 +249,7 @@ impl Comm {
         } else {
             self.limits.max_coll_bytes
         };
-        let slice = (params.slice_on(!self.device.is_cuda()).min(cap) / elem * elem).max(elem);
+        let slice = (params.slice_on(self.host_buffers).min(cap) / elem * elem).max(elem);
         let group = if p2p && self.config.grouped_recv {
             self.limits.max_recvs.min(params.slots() / 2).max(1)
         } else {

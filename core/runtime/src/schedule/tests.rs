@@ -22,6 +22,7 @@ fn shapes(n: usize, per_host: usize) -> Vec<Shape> {
             plugin: String::new(),
             plugin_version: 12,
             devices: vec![],
+            device_buffers: false,
         })
         .collect();
     let ring = topo::ring(&peers);
