@@ -26,6 +26,16 @@ use super::error::{Error, Result};
 use super::protocol::ProtoParams;
 use cclkit_host::tuner::{COST_TABLE_LEN, CostTable, TunerConstants, TunerContext};
 
+/// Largest AllReduce for which two ranks on host memory prefer `PAT`'s
+/// halving-doubling to every other entry of the built-in table. With two ranks it is
+/// the ring's own exchange (the same bytes, the same two steps) run as two whole
+/// halves streamed slice after slice, where the ring goes through chunk loops; the
+/// model credits the ring's second channel with twice the bandwidth, which on host
+/// memory only pays from a few MiB. Measured on 2 ranks over loopback, alternated,
+/// best of 6 (docs/PERFORMANCE.md): 1 MiB 218 against 296 µs, 2 MiB 428 against
+/// 561 µs; 4 MiB 1293 against 1199 µs (the ring's 2 channels win from there).
+pub const HOST_PAIR_PAT_MAX: usize = 2 << 20;
+
 /// Index of `(algo, proto)` in the flat table.
 pub fn idx(a: Algorithm, p: Protocol) -> usize {
     a.0 as usize * NCCL_NUM_PROTOCOLS + p.0 as usize
@@ -62,6 +72,23 @@ pub struct Decision {
     pub chunk: usize,
     /// Who chose.
     pub source: Source,
+}
+
+/// Makes entry `i` of `t` the cheapest when it is offered (not removed by
+/// `NCCL_ALGO` / `NCCL_PROTO`): just below the cheapest other entry.
+fn prefer(t: &mut CostTable, i: usize) {
+    if t[i] < 0.0 {
+        return;
+    }
+    let others = t
+        .iter()
+        .enumerate()
+        .filter(|&(j, &c)| j != i && c >= 0.0)
+        .map(|(_, &c)| c)
+        .fold(f32::INFINITY, f32::min);
+    if others <= t[i] {
+        t[i] = others * (1.0 - 1e-4);
+    }
 }
 
 /// Whether `name` is allowed for `func` by an `NCCL_ALGO` / `NCCL_PROTO` value:
@@ -316,6 +343,13 @@ impl Tuning {
                     t[idx(a, p)] = self.model_time(func, bytes, a, p, channels);
                 }
             }
+        }
+        if self.host_memory
+            && func == Func::ALL_REDUCE
+            && self.model.n_ranks == 2
+            && bytes <= HOST_PAIR_PAT_MAX
+        {
+            prefer(&mut t, idx(Algorithm::PAT, Protocol::SIMPLE));
         }
         t
     }

@@ -260,3 +260,52 @@ fn remembered_table_matches_the_model_and_follows_forced_lists() {
         Algorithm::RING
     );
 }
+
+#[test]
+fn two_host_ranks_run_allreduce_up_to_2_mib_as_pat_halving_doubling() {
+    // By the model alone, 1 MiB on 2 ranks ties ring and PAT (2 steps, one byte moved
+    // per byte, one channel: the ring wins the tie) and from 2 MiB the ring's second
+    // channel halves its byte cost; on host memory PAT is preferred up to
+    // HOST_PAIR_PAT_MAX (measured, see the constant).
+    let t = tuning(2);
+    for bytes in [SIMPLE_SLICE, 1_500_007, HOST_PAIR_PAT_MAX] {
+        let d = t.decide(Func::ALL_REDUCE, bytes, 2, &params).unwrap();
+        assert_eq!(
+            (d.algo, d.proto, d.channels),
+            (Algorithm::PAT, Protocol::SIMPLE, 1),
+            "{bytes} B: {d:?}"
+        );
+        assert_eq!(t.pat_kind(bytes, d.proto), PatKind::HalvingDoubling);
+        // Just below the cheapest other entry, which the model left as it was.
+        let table = t.table(Func::ALL_REDUCE, bytes, d.channels);
+        let ring = table[idx(Algorithm::RING, Protocol::SIMPLE)];
+        let pat = table[idx(Algorithm::PAT, Protocol::SIMPLE)];
+        assert!(
+            pat < ring && pat > ring * 0.999,
+            "{bytes} B: PAT {pat}, ring {ring}"
+        );
+    }
+    // Past it the model decides alone: the ring on 2 channels.
+    let big = t
+        .decide(Func::ALL_REDUCE, HOST_PAIR_PAT_MAX + 4, 2, &params)
+        .unwrap();
+    assert_eq!((big.algo, big.channels), (Algorithm::RING, 2), "{big:?}");
+    // Device buffers, other rank counts, other collectives: the model alone.
+    let mut dev = tuning(2);
+    dev.buffers_on_host(false);
+    let d = dev.decide(Func::ALL_REDUCE, 1 << 20, 2, &params).unwrap();
+    assert_eq!(d.algo, Algorithm::RING, "device comm: {d:?}");
+    let d = tuning(4)
+        .decide(Func::ALL_REDUCE, 2 << 20, 2, &params)
+        .unwrap();
+    assert_eq!(d.algo, Algorithm::RING, "4 ranks: {d:?}");
+    let d = t.decide(Func::ALL_GATHER, 1 << 20, 2, &params).unwrap();
+    assert_eq!(d.algo, Algorithm::RING, "AllGather: {d:?}");
+    // NCCL_ALGO still rules: without PAT on the list the ring runs.
+    let mut forced = tuning(2);
+    forced.force(Some("^PAT".to_owned()), None);
+    let d = forced
+        .decide(Func::ALL_REDUCE, 1 << 20, 2, &params)
+        .unwrap();
+    assert_eq!(d.algo, Algorithm::RING, "NCCL_ALGO=^PAT: {d:?}");
+}
