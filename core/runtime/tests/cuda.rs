@@ -68,18 +68,7 @@ fn device_collectives() {
     }
     // AllGather and ReduceScatter of int32 (exact).
     let part = 33_333;
-    let mine = Rng::new(&[7, me as u64]).bytes(part * 4);
-    let mut send = dev.alloc_user(part * 4).expect("send");
-    let mut all = dev.alloc_user(n * part * 4).expect("recv");
-    send.copy_from_slice(&mine);
-    comm.all_gather(&send, &mut all).expect("all_gather");
-    for r in 0..n {
-        let want = Rng::new(&[7, r as u64]).bytes(part * 4);
-        assert!(
-            all[r * part * 4..(r + 1) * part * 4] == want[..],
-            "all_gather part {r}"
-        );
-    }
+    all_gather_checked(&comm, 7, part * 4);
     let full: Vec<Vec<u8>> = (0..n)
         .map(|r| Rng::new(&[8, r as u64]).bytes(n * part * 4))
         .collect();
@@ -107,6 +96,23 @@ fn device_collectives() {
     comm.destroy().expect("destroy");
 }
 
+/// AllGather of `part` random bytes per rank (seeded by `seed` and the rank) on the
+/// communicator's device buffers, checked exactly.
+fn all_gather_checked(comm: &cclkit_runtime::Comm, seed: u64, part: usize) {
+    let (me, n, dev) = (comm.rank(), comm.nranks(), comm.device());
+    let mut send = dev.alloc_user(part).expect("send");
+    let mut all = dev.alloc_user(n * part).expect("recv");
+    send.copy_from_slice(&Rng::new(&[seed, me as u64]).bytes(part));
+    comm.all_gather(&send, &mut all).expect("all_gather");
+    for r in 0..n {
+        let want = Rng::new(&[seed, r as u64]).bytes(part);
+        assert!(
+            all[r * part..(r + 1) * part] == want[..],
+            "all_gather part {r}"
+        );
+    }
+}
+
 /// The rank program of a mixed communicator: AllReduce at sizes whose host and
 /// device slicing differ (and a small one where host ranks alone would pick LL),
 /// AllGather, each checked exactly against every rank's input.
@@ -129,19 +135,7 @@ fn mixed_collectives() {
         check_reduction(dt, RedOp::SUM, &refs, 0, &recv)
             .unwrap_or_else(|e| panic!("all_reduce of {count}: {e}"));
     }
-    let part = 200_003;
-    let mine = Rng::new(&[9, me as u64]).bytes(part * 4);
-    let mut send = dev.alloc_user(part * 4).expect("send");
-    let mut all = dev.alloc_user(n * part * 4).expect("recv");
-    send.copy_from_slice(&mine);
-    comm.all_gather(&send, &mut all).expect("all_gather");
-    for r in 0..n {
-        let want = Rng::new(&[9, r as u64]).bytes(part * 4);
-        assert!(
-            all[r * part * 4..(r + 1) * part * 4] == want[..],
-            "all_gather part {r}"
-        );
-    }
+    all_gather_checked(&comm, 9, 200_003 * 4);
     comm.destroy().expect("destroy");
 }
 
