@@ -83,9 +83,11 @@ pub struct RecvCtl {
     large: bool,
     /// Payload bytes copied out of `stage` (the read-ahead tests bound them).
     staged: u64,
-    /// Staging reads that brought data while messages were small (re-arms
-    /// delayed ACKs every [`DELAY_ACKS_EVERY`]).
+    /// Staging reads that brought data while messages were small.
     filled: u64,
+    /// The value of `filled` at which delayed ACKs are asked for (again): every
+    /// [`DELAY_ACKS_EVERY`] reads, and at once after bulk data revoked them.
+    arm_at: u64,
     /// Delayed ACKs were asked for and not revoked since.
     acks_delayed: bool,
 }
@@ -107,6 +109,7 @@ impl RecvCtl {
             large: false,
             staged: 0,
             filled: 0,
+            arm_at: 0,
             acks_delayed: false,
         }
     }
@@ -181,10 +184,12 @@ impl RecvCtl {
             Ok(n) => {
                 self.end += n;
                 if !self.large {
-                    if !self.acks_delayed || self.filled % DELAY_ACKS_EVERY == 0 {
+                    if self.filled >= self.arm_at {
                         // Best effort: a socket that refuses keeps quick ACKs, which
-                        // costs time, never correctness.
+                        // costs time, never correctness (and is asked again only
+                        // DELAY_ACKS_EVERY reads later).
                         self.acks_delayed = sys::delay_acks(self.sock.as_raw_fd()).is_ok();
+                        self.arm_at = self.filled + DELAY_ACKS_EVERY;
                     }
                     self.filled += 1;
                 }
@@ -293,10 +298,12 @@ impl RecvCtl {
             .map_err(|_| protocol(format!("message size {}", head.size)))?;
         let inline = head.flags & FLAG_INLINE != 0;
         self.large = inline && head.size >= DIRECT as u64;
-        if self.large && self.acks_delayed {
+        if self.large && self.acks_delayed && sys::quick_acks(self.sock.as_raw_fd()).is_ok() {
             // Bulk data wants every ACK at once (measured: 1 MiB streams lost up
-            // to half their rate with delayed ACKs): the sender's window grows on them.
-            self.acks_delayed = sys::quick_acks(self.sock.as_raw_fd()).is_err();
+            // to half their rate with delayed ACKs): the sender's window grows on
+            // them. The next small message asks for delayed ACKs again.
+            self.acks_delayed = false;
+            self.arm_at = self.filled;
         }
         let count = usize::from(head.chunks);
         let nlanes = core.lanes.len();
