@@ -2,7 +2,6 @@
 //! devices, the peer exchange, ring and trees, tuning, FIFO placement, the proxy and
 //! the collective connections.
 
-use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
@@ -100,7 +99,7 @@ impl Comm {
             params,
             limits,
             devices,
-            p2p_links: Mutex::new(HashSet::new()),
+            p2p_links: Mutex::new(vec![[false; 2]; nranks]),
             tuning,
             host_buffers,
             device,

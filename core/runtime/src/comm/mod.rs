@@ -1,7 +1,6 @@
 //! Communicators: `ncclCommInitRank`, split, finalize/destroy/abort, and the
 //! machinery every operation shares (connections, batches, the proxy engine).
 
-use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -49,7 +48,8 @@ pub struct Comm {
     params: [ProtoParams; 3],
     limits: Limits,
     devices: Vec<NetDevice>,
-    p2p_links: Mutex<HashSet<(usize, bool)>>,
+    /// Per peer, whether the point-to-point (send, receive) links are connected.
+    p2p_links: Mutex<Vec<[bool; 2]>>,
     tuning: Tuning,
     /// Every rank's buffers are host memory (slices and chunks sized for a CPU
     /// cache); false when any rank's are device memory.
@@ -151,6 +151,19 @@ impl Comm {
     /// matching group).
     pub(crate) fn ensure_p2p(&self, peers_send: &[usize], peers_recv: &[usize]) -> Result<()> {
         let mut have = self.p2p_links.lock().unwrap_or_else(|p| p.into_inner());
+        // Every call after the first finds its links (AllReduce PAT asks on every
+        // operation): answer that without sorting or allocating.
+        let has = |have: &[[bool; 2]], p: usize, send: bool| {
+            have.get(p).is_some_and(|l| l[usize::from(send)])
+        };
+        let missing = |peers: &[usize], send: bool| {
+            peers
+                .iter()
+                .any(|&p| p != self.rank && !has(&have, p, send))
+        };
+        if !missing(peers_send, true) && !missing(peers_recv, false) {
+            return Ok(());
+        }
         let l = |peer| Link {
             peer,
             channel: 0,
@@ -158,12 +171,12 @@ impl Comm {
         };
         let sends: Vec<Link> = dedup(peers_send)
             .into_iter()
-            .filter(|&p| p != self.rank && !have.contains(&(p, true)))
+            .filter(|&p| p != self.rank && !has(&have, p, true))
             .map(l)
             .collect();
         let recvs: Vec<Link> = dedup(peers_recv)
             .into_iter()
-            .filter(|&p| p != self.rank && !have.contains(&(p, false)))
+            .filter(|&p| p != self.rank && !has(&have, p, false))
             .map(l)
             .collect();
         if sends.is_empty() && recvs.is_empty() {
@@ -179,12 +192,16 @@ impl Comm {
             &recvs,
         )?;
         self.proxy.install(s, r)?;
-        have.extend(
-            sends
-                .iter()
-                .map(|x| (x.peer, true))
-                .chain(recvs.iter().map(|x| (x.peer, false))),
-        );
+        for (peer, send) in sends
+            .iter()
+            .map(|x| (x.peer, true))
+            .chain(recvs.iter().map(|x| (x.peer, false)))
+        {
+            if have.len() <= peer {
+                have.resize(peer + 1, [false; 2]);
+            }
+            have[peer][usize::from(send)] = true;
+        }
         Ok(())
     }
 
