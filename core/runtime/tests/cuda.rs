@@ -113,9 +113,10 @@ fn all_gather_checked(comm: &cclkit_runtime::Comm, seed: u64, part: usize) {
     }
 }
 
-/// The rank program of a mixed communicator: AllReduce at sizes whose host and
-/// device slicing differ (and a small one where host ranks alone would pick LL),
-/// AllGather, each checked exactly against every rank's input.
+/// The rank program of a mixed communicator: AllReduce at sizes below one slice
+/// (where only the protocol could differ: the host ranks ask for LL) and above
+/// (where host slices would be smaller), AllGather, each checked exactly against
+/// every rank's input.
 fn mixed_collectives() {
     let comm = join();
     let (me, n) = (comm.rank(), comm.nranks());
@@ -142,10 +143,12 @@ fn mixed_collectives() {
 #[test]
 fn a_comm_mixing_host_and_device_ranks_agrees_on_slices_and_protocol() {
     rank!(mixed_collectives);
-    // Rank 1 of 3 on the emulated GPU, the others on host memory.
+    // Rank 1 of 3 on the emulated GPU, the others on host memory and asking for
+    // LL, which a device communicator does not run.
     let run = Job::new(test_name!(), 3)
         .envs(builtin_net())
         .env("CCLKIT_OP_TIMEOUT", 30)
+        .env("NCCL_PROTO", "LL")
         .rank_env(1, "CCLKIT_DEVICE", "cuda")
         .rank_env(1, "CCLKIT_CUDA_EMULATE", 1)
         .timeout(Duration::from_secs(180))

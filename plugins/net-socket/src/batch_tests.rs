@@ -98,12 +98,17 @@ fn staged(comm: &Comm) -> u64 {
     }
 }
 
-/// Waits until the receive comm's control socket holds `bytes` unread bytes.
-fn wait_arrived(comm: &Comm, bytes: usize) {
-    let fd = match &*comm.core().control() {
+/// The receive comm's control socket.
+fn control_fd(comm: &Comm) -> std::os::fd::RawFd {
+    match &*comm.core().control() {
         Control::Recv(c) => c.socket().as_raw_fd(),
         Control::Send(_) => panic!("not a receive comm"),
-    };
+    }
+}
+
+/// Waits until the receive comm's control socket holds `bytes` unread bytes.
+fn wait_arrived(comm: &Comm, bytes: usize) {
+    let fd = control_fd(comm);
     let deadline = Instant::now() + LONG;
     loop {
         let mut n: c_int = 0;
@@ -451,10 +456,7 @@ fn large_inline_payloads_bypass_the_staging_buffer() {
 /// The receive control socket's `TCP_QUICKACK` as the kernel reports it: 0 while
 /// ACKs are delayed.
 fn quick_acks_on(comm: &Comm) -> c_int {
-    let fd = match &*comm.core().control() {
-        Control::Recv(c) => c.socket().as_raw_fd(),
-        Control::Send(_) => panic!("not a receive comm"),
-    };
+    let fd = control_fd(comm);
     let mut v: c_int = -1;
     let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
     // SAFETY: reads one int into `v`, with its size in `len`.

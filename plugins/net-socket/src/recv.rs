@@ -30,7 +30,7 @@ const DIRECT: usize = 16 * 1024;
 /// Reads that brought data between two requests for delayed ACKs (see
 /// [`sys::delay_acks`]): the kernel leaves that mode after an idle spell, and
 /// one `setsockopt` per 64 reads costs nothing measurable.
-const DELAY_ACKS_EVERY: u64 = 64;
+const DELAY_ACKS_EVERY: u32 = 64;
 
 /// A posted receive still waiting for (some of) its messages.
 struct Posted {
@@ -83,11 +83,9 @@ pub struct RecvCtl {
     large: bool,
     /// Payload bytes copied out of `stage` (the read-ahead tests bound them).
     staged: u64,
-    /// Staging reads that brought data while messages were small.
-    filled: u64,
-    /// The value of `filled` at which delayed ACKs are asked for (again): every
-    /// [`DELAY_ACKS_EVERY`] reads, and at once after bulk data revoked them.
-    arm_at: u64,
+    /// Small-message reads left before delayed ACKs are asked for again (0: at
+    /// the next one, as after bulk data revoked them).
+    rearm_in: u32,
     /// Delayed ACKs were asked for and not revoked since.
     acks_delayed: bool,
 }
@@ -108,8 +106,7 @@ impl RecvCtl {
             reads: 0,
             large: false,
             staged: 0,
-            filled: 0,
-            arm_at: 0,
+            rearm_in: 0,
             acks_delayed: false,
         }
     }
@@ -184,14 +181,14 @@ impl RecvCtl {
             Ok(n) => {
                 self.end += n;
                 if !self.large {
-                    if self.filled >= self.arm_at {
+                    if self.rearm_in == 0 {
                         // Best effort: a socket that refuses keeps quick ACKs, which
                         // costs time, never correctness (and is asked again only
                         // DELAY_ACKS_EVERY reads later).
                         self.acks_delayed = sys::delay_acks(self.sock.as_raw_fd()).is_ok();
-                        self.arm_at = self.filled + DELAY_ACKS_EVERY;
+                        self.rearm_in = DELAY_ACKS_EVERY;
                     }
-                    self.filled += 1;
+                    self.rearm_in -= 1;
                 }
                 Ok(true)
             }
@@ -303,7 +300,7 @@ impl RecvCtl {
             // to half their rate with delayed ACKs): the sender's window grows on
             // them. The next small message asks for delayed ACKs again.
             self.acks_delayed = false;
-            self.arm_at = self.filled;
+            self.rearm_in = 0;
         }
         let count = usize::from(head.chunks);
         let nlanes = core.lanes.len();

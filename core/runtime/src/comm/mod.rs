@@ -197,10 +197,10 @@ impl Comm {
             .map(|x| (x.peer, true))
             .chain(recvs.iter().map(|x| (x.peer, false)))
         {
-            if have.len() <= peer {
-                have.resize(peer + 1, [false; 2]);
+            // The table has a row per rank; connect_placed refused any other peer.
+            if let Some(l) = have.get_mut(peer) {
+                l[usize::from(send)] = true;
             }
-            have[peer][usize::from(send)] = true;
         }
         Ok(())
     }
