@@ -148,7 +148,9 @@ impl<'a> Group<'a> {
             };
             plans.push((vec![schedule::p2p(&shape, &ops, 0)?], OpRef { bufs, red }));
         }
-        let done = comm.run_profiled(plans, Protocol::SIMPLE, true, &tasks);
+        let done = comm
+            .run_profiled(plans, Protocol::SIMPLE, true, &tasks)
+            .map(drop);
         drop(prof);
         done
     }

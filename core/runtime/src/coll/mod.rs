@@ -8,11 +8,13 @@
 //! In-place layouts are NCCL's: AllGather's input is its own slot of the output,
 //! ReduceScatter's output is its own slot of the input.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::profile::{CollInfo, GroupEvents};
 use cclkit_abi::raw::common::{Algorithm, DataType, Func, RedOp};
 use cclkit_host::profiler::EventHandle;
 
-use super::comm::Comm;
+use super::comm::{Comm, StepCache, StepKey};
 use super::error::{Error, Result};
 use super::op::{OpRef, UserBufs};
 use super::schedule::{self, Cut, Plan};
@@ -22,6 +24,17 @@ use super::tune::{Decision, PatKind, pat_limit};
 /// snapshot [`copy_counts`] before and after an operation and subtract
 /// ([`CopyCounts::since`]) to see what it copied and what took a direct path.
 pub use super::schedule::copies::{CopyCounts, copy_counts};
+
+/// Collective groups that reran the steps of the group before them (process-wide),
+/// for tests and benchmarks that check the plan cache: see [`step_reuses`].
+static STEP_REUSES: AtomicU64 = AtomicU64::new(0);
+
+/// How many collective groups of this process reran the previous group's steps
+/// instead of planning (same collectives, sizes, types, ops, roots and decisions;
+/// any buffers).
+pub fn step_reuses() -> u64 {
+    STEP_REUSES.load(Ordering::Relaxed)
+}
 
 /// One collective of a group.
 #[derive(Clone, Copy, Debug)]
@@ -308,9 +321,6 @@ impl<'c, 'b> CollGroup<'c, 'b> {
             return Err(e);
         }
         let comm = self.comm;
-        let n = comm.nranks();
-        let shape = comm.shape();
-        let mut decisions = Vec::with_capacity(self.ops.len());
         // Profiler: the group's API events now, each Coll once it is planned.
         let mut prof = comm
             .profile()
@@ -322,17 +332,101 @@ impl<'c, 'b> CollGroup<'c, 'b> {
             }
             g.enqueue();
         }
+        // Every collective is decided once, in order, before any runs (a tuner
+        // plugin sees each call once, as under NCCL).
+        let mut decisions = Vec::with_capacity(self.ops.len());
+        for d in &self.ops {
+            decisions.push(if is_p2p(d.func) {
+                P2P_DECISION
+            } else {
+                let tuned = match d.func {
+                    Func::ALL_GATHER | Func::REDUCE_SCATTER => d.bytes * comm.nranks(),
+                    _ => d.bytes,
+                };
+                comm.tuning()
+                    .decide(d.func, tuned, comm.channels(), &|p| comm.params(p))?
+            });
+        }
+        // A group of collectives that runs as one batch (one protocol) keeps its
+        // steps; the next group with the same keys reruns them without planning.
+        let one_batch = !self.ops.iter().any(|d| is_p2p(d.func))
+            && decisions.windows(2).all(|w| w[0].proto == w[1].proto);
+        let cached = comm.take_steps().filter(|c| {
+            one_batch
+                && c.keys.len() == self.ops.len()
+                && c.keys
+                    .iter()
+                    .zip(self.ops.iter().zip(&decisions))
+                    .all(|(k, (d, dec))| *k == step_key(d, dec))
+        });
+        if let Some(cache) = cached {
+            STEP_REUSES.fetch_add(1, Ordering::Relaxed);
+            self.rerun(cache, &decisions, prof.as_mut())?;
+        } else {
+            self.plan_and_run(&decisions, one_batch, prof.as_mut())?;
+        }
+        drop(prof);
+        Ok(decisions)
+    }
+
+    /// Reruns the steps of an identical earlier group with this group's buffers.
+    fn rerun(
+        &self,
+        cache: StepCache,
+        decisions: &[Decision],
+        mut prof: Option<&mut GroupEvents>,
+    ) -> Result<()> {
+        let comm = self.comm;
+        if !cache.peers.is_empty() {
+            comm.ensure_p2p(&cache.peers, &cache.peers)?;
+        }
+        let mut ops = Vec::with_capacity(2 * self.ops.len());
+        let mut tasks = Vec::with_capacity(2 * self.ops.len());
+        for (i, (d, dec)) in self.ops.iter().zip(decisions).enumerate() {
+            let (op, extra) = op_refs(comm, d, dec)?;
+            let task = prof.as_mut().map_or(EventHandle::NULL, |g| {
+                g.coll(i, CollInfo::of(comm, d.func, &d.bufs, d.root, dec))
+            });
+            ops.push(op);
+            tasks.push(task);
+            if let Some(op) = extra {
+                ops.push(op);
+                tasks.push(task);
+            }
+        }
+        let Some(proto) = decisions.first().map(|d| d.proto) else {
+            return Ok(());
+        };
+        let channels = comm.run_steps(cache.channels, ops, proto, false, &tasks)?;
+        comm.keep_steps(StepCache { channels, ..cache });
+        Ok(())
+    }
+
+    /// Plans every collective and runs the plans, a batch per run of consecutive
+    /// collectives with one protocol; keeps the steps when the group is
+    /// `one_batch`.
+    fn plan_and_run(
+        &self,
+        decisions: &[Decision],
+        one_batch: bool,
+        mut prof: Option<&mut GroupEvents>,
+    ) -> Result<()> {
+        let comm = self.comm;
+        let n = comm.nranks();
+        let shape = comm.shape();
         let mut tasks: Vec<EventHandle> = Vec::new();
+        // Peers of the PAT schedules (kept with the steps).
+        let mut pat_peers = Vec::new();
         // Runs of consecutive ops with one protocol (and kind) become one batch.
         let mut pending: Vec<(Plan, OpRef)> = Vec::new();
         let mut pending_key = None;
-        for (i, d) in self.ops.iter().enumerate() {
+        for (i, (d, &dec)) in self.ops.iter().zip(decisions).enumerate() {
+            let (op, extra_op) = op_refs(comm, d, &dec)?;
+            let e = op.red.elem_size();
+            let p2p = is_p2p(d.func);
             // A second part of the same operation, run right after it (same channel).
-            let mut extra: Option<(Plan, cclkit_kernels::Reduction)> = None;
-            let red = comm.reduction(d.dtype, d.op)?;
-            let e = red.elem_size();
-            let p2p = matches!(d.func, Func::ALL_TO_ALL | Func::GATHER | Func::SCATTER);
-            let (plan, dec) = if p2p {
+            let mut extra: Option<Plan> = None;
+            let plan = if p2p {
                 let ops = schedule::p2p_collective(shape, d.func, d.bytes, d.root)?;
                 let peers = |send: bool| -> Vec<usize> {
                     ops.iter()
@@ -344,29 +438,15 @@ impl<'c, 'b> CollGroup<'c, 'b> {
                         .collect()
                 };
                 comm.ensure_p2p(&peers(true), &peers(false))?;
-                let dec = Decision {
-                    algo: Algorithm::RING,
-                    proto: cclkit_abi::raw::common::Protocol::SIMPLE,
-                    channels: 1,
-                    chunk: 0,
-                    source: super::tune::Source::Model,
-                };
-                (vec![schedule::p2p(shape, &ops, 0)?], dec)
+                vec![schedule::p2p(shape, &ops, 0)?]
             } else {
-                let tuned = match d.func {
-                    Func::ALL_GATHER | Func::REDUCE_SCATTER => d.bytes * n,
-                    _ => d.bytes,
-                };
-                let dec = comm
-                    .tuning()
-                    .decide(d.func, tuned, comm.channels(), &|p| comm.params(p))?;
                 let chunk = (dec.chunk / e * e).max(e);
                 let cut = Cut {
                     channels: dec.channels,
                     chunk,
                     elem: e,
                 };
-                let plan = match (d.func, dec.algo) {
+                match (d.func, dec.algo) {
                     (Func::ALL_REDUCE, Algorithm::PAT) => {
                         let (first, rest, peers) = match comm.tuning().pat_kind(d.bytes, dec.proto)
                         {
@@ -379,14 +459,8 @@ impl<'c, 'b> CollGroup<'c, 'b> {
                             }
                         };
                         comm.ensure_p2p(&peers, &peers)?;
-                        // Rounds after the first fold partial results, which must not
-                        // get the pre-op (avg's 1/n scaling) again.
-                        let plain = if red.has_pre_op() {
-                            comm.reduction(d.dtype, RedOp::SUM)?
-                        } else {
-                            red
-                        };
-                        extra = Some((vec![rest], plain));
+                        pat_peers.extend_from_slice(&peers);
+                        extra = Some(vec![rest]);
                         vec![first]
                     }
                     (Func::ALL_REDUCE, Algorithm::TREE) => {
@@ -402,8 +476,7 @@ impl<'c, 'b> CollGroup<'c, 'b> {
                             "{f:?} is not a collective"
                         )));
                     }
-                };
-                (plan, dec)
+                }
             };
             let key = (dec.proto, p2p);
             if pending_key.is_some_and(|k| k != key) {
@@ -415,20 +488,80 @@ impl<'c, 'b> CollGroup<'c, 'b> {
             let task = prof.as_mut().map_or(EventHandle::NULL, |g| {
                 g.coll(i, CollInfo::of(comm, d.func, &d.bufs, d.root, &dec))
             });
-            pending.push((plan, OpRef { bufs: d.bufs, red }));
+            pending.push((plan, op));
             tasks.push(task);
-            if let Some((plan, red)) = extra.take() {
-                pending.push((plan, OpRef { bufs: d.bufs, red }));
+            // op_refs gives PAT its second reduction exactly when it plans two parts.
+            if let (Some(plan), Some(op)) = (extra, extra_op) {
+                pending.push((plan, op));
                 tasks.push(task);
             }
-            decisions.push(dec);
         }
         if let Some((proto, p2p)) = pending_key {
-            comm.run_profiled(pending, proto, p2p, &tasks)?;
+            let channels = comm.run_profiled(pending, proto, p2p, &tasks)?;
+            if one_batch {
+                comm.keep_steps(StepCache {
+                    keys: self
+                        .ops
+                        .iter()
+                        .zip(decisions)
+                        .map(|(d, dec)| step_key(d, dec))
+                        .collect(),
+                    channels,
+                    peers: pat_peers,
+                });
+            }
         }
-        drop(prof);
-        Ok(decisions)
+        Ok(())
     }
+}
+
+/// Collectives that run as point-to-point operations.
+fn is_p2p(func: Func) -> bool {
+    matches!(func, Func::ALL_TO_ALL | Func::GATHER | Func::SCATTER)
+}
+
+/// What p2p-based collectives report (they run on p2p links with Simple).
+const P2P_DECISION: Decision = Decision {
+    algo: Algorithm::RING,
+    proto: cclkit_abi::raw::common::Protocol::SIMPLE,
+    channels: 1,
+    chunk: 0,
+    source: super::tune::Source::Model,
+};
+
+/// What `d`'s steps depend on.
+fn step_key(d: &Desc, dec: &Decision) -> StepKey {
+    StepKey {
+        func: d.func,
+        bytes: d.bytes,
+        dtype: d.dtype,
+        op: d.op,
+        root: d.root,
+        dec: *dec,
+    }
+}
+
+/// The operation `d` runs as, and for AllReduce PAT its second part: rounds after
+/// the first fold partial results, which must not get the pre-op (AVG's 1/n
+/// scaling) again.
+fn op_refs(comm: &Comm, d: &Desc, dec: &Decision) -> Result<(OpRef, Option<OpRef>)> {
+    let red = comm.reduction(d.dtype, d.op)?;
+    let op = OpRef { bufs: d.bufs, red };
+    if d.func != Func::ALL_REDUCE || dec.algo != Algorithm::PAT {
+        return Ok((op, None));
+    }
+    let plain = if red.has_pre_op() {
+        comm.reduction(d.dtype, RedOp::SUM)?
+    } else {
+        red
+    };
+    Ok((
+        op,
+        Some(OpRef {
+            bufs: d.bufs,
+            red: plain,
+        }),
+    ))
 }
 
 fn in_place(buf: &mut [u8]) -> UserBufs {

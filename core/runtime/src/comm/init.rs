@@ -100,6 +100,7 @@ impl Comm {
             limits,
             devices,
             p2p_links: Mutex::new(vec![[false; 2]; nranks]),
+            step_cache: Mutex::new(None),
             tuning,
             host_buffers,
             device,

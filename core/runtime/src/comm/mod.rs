@@ -33,6 +33,36 @@ pub struct Limits {
     pub max_recvs: usize,
 }
 
+/// What a collective's schedule depends on besides the communicator: the same
+/// keys give the same steps, so a group repeating the last one's keys reruns its
+/// steps instead of planning them again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StepKey {
+    /// The collective.
+    pub func: cclkit_abi::raw::common::Func,
+    /// Bytes per rank.
+    pub bytes: usize,
+    /// Data type (element size and reduction).
+    pub dtype: DataType,
+    /// Reduction op (AVG adds a second reduction to PAT).
+    pub op: RedOp,
+    /// Root rank.
+    pub root: usize,
+    /// Algorithm, protocol, channels and chunk it ran with.
+    pub dec: super::tune::Decision,
+}
+
+/// The steps of one collective group that ran as one batch.
+pub(crate) struct StepCache {
+    /// Per collective of the group, in order.
+    pub keys: Vec<StepKey>,
+    /// The batch's steps per channel.
+    pub channels: Vec<Vec<Step>>,
+    /// Peers the group's PAT schedules exchange with (their links are checked
+    /// before every run).
+    pub peers: Vec<usize>,
+}
+
 /// A communicator: one rank's view of a group of ranks.
 pub struct Comm {
     rank: usize,
@@ -50,6 +80,8 @@ pub struct Comm {
     devices: Vec<NetDevice>,
     /// Per peer, whether the point-to-point (send, receive) links are connected.
     p2p_links: Mutex<Vec<[bool; 2]>>,
+    /// The steps of the last collective group, for the next identical one.
+    step_cache: Mutex<Option<StepCache>>,
     tuning: Tuning,
     /// Every rank's buffers are host memory (slices and chunks sized for a CPU
     /// cache); false when any rank's are device memory.
@@ -206,36 +238,24 @@ impl Comm {
     }
 
     /// Runs per-operation plans as one batch with protocol `proto`; `tasks[i]` is the
-    /// profiler's Coll/P2p event of plan `i` (empty without a profiler).
+    /// profiler's Coll/P2p event of plan `i` (empty without a profiler). Returns the
+    /// batch's steps, which [`run_steps`](Self::run_steps) can run again.
     pub(crate) fn run_profiled(
         &self,
         plans: Vec<(Plan, OpRef)>,
         proto: Protocol,
         p2p: bool,
         tasks: &[cclkit_host::profiler::EventHandle],
-    ) -> Result<()> {
-        let params = self.params[super::fifo::proto_index(proto)];
+    ) -> Result<Vec<Vec<Step>>> {
         let nch = plans.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
         let mut channels: Vec<Vec<Step>> = vec![Vec::new(); nch];
         let mut ops = Vec::with_capacity(plans.len());
-        let mut elem = 1;
         // Point-to-point: one lane per link (and one for local copies), so a group's
         // sends and receives progress side by side as NCCL's send/recv warps do. On one
         // lane, a send bigger than the FIFO would wait for a peer that is itself
         // blocked in its own send. Each link keeps its operations in order.
         let mut lanes: Vec<(Option<Link>, bool)> = Vec::new();
         for (i, (plan, op)) in plans.into_iter().enumerate() {
-            if self.device.is_cuda() {
-                let b = &op.bufs;
-                self.device
-                    .check_buffer(b.send, b.send_len, "the send buffer")
-                    .and_then(|()| {
-                        self.device
-                            .check_buffer(b.recv, b.recv_len, "the receive buffer")
-                    })
-                    .map_err(|e| e.context(format!("rank {}", self.rank)))?;
-            }
-            elem = lcm(elem, op.red.elem_size());
             for (ch, prims) in plan.into_iter().enumerate() {
                 for prim in prims {
                     let lane = if p2p {
@@ -258,8 +278,36 @@ impl Comm {
             }
             ops.push(op);
         }
+        self.run_steps(channels, ops, proto, p2p, tasks)
+    }
+
+    /// Runs `channels` (steps whose `op` indexes `ops`) as one batch with protocol
+    /// `proto`, and hands the steps back.
+    pub(crate) fn run_steps(
+        &self,
+        channels: Vec<Vec<Step>>,
+        ops: Vec<OpRef>,
+        proto: Protocol,
+        p2p: bool,
+        tasks: &[cclkit_host::profiler::EventHandle],
+    ) -> Result<Vec<Vec<Step>>> {
+        let params = self.params[super::fifo::proto_index(proto)];
+        let mut elem = 1;
+        for op in &ops {
+            if self.device.is_cuda() {
+                let b = &op.bufs;
+                self.device
+                    .check_buffer(b.send, b.send_len, "the send buffer")
+                    .and_then(|()| {
+                        self.device
+                            .check_buffer(b.recv, b.recv_len, "the receive buffer")
+                    })
+                    .map_err(|e| e.context(format!("rank {}", self.rank)))?;
+            }
+            elem = lcm(elem, op.red.elem_size());
+        }
         if channels.iter().all(Vec::is_empty) {
-            return Ok(());
+            return Ok(channels);
         }
         let cap = if p2p {
             self.limits.max_p2p_bytes
@@ -287,6 +335,20 @@ impl Comm {
             },
             self.config.op_timeout,
         )
+    }
+
+    /// The steps of the last collective group kept for reuse, if any (the slot is
+    /// left empty until [`keep_steps`](Self::keep_steps)).
+    pub(crate) fn take_steps(&self) -> Option<StepCache> {
+        self.step_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Keeps `cache` for the next group.
+    pub(crate) fn keep_steps(&self, cache: StepCache) {
+        *self.step_cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(cache);
     }
 
     /// Point-to-point send of `buf` to `peer` (a group of one).

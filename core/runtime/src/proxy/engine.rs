@@ -25,25 +25,41 @@ pub(super) struct Active {
 /// Links to connections, hashed cheaply (a link is three small integers).
 pub(super) type LinkMap<T> = HashMap<Link, T, BuildHasherDefault<LinkHasher>>;
 
-/// FNV-1a over the link's fields: a few cycles, where SipHash costs tens of ns on
-/// every slice.
+/// Fx-style word hashing over the link's fields (three small integers): one
+/// multiply per field, where SipHash costs tens of ns on every slice and byte-wise
+/// FNV 24 multiplies.
 #[derive(Default)]
 pub(super) struct LinkHasher(u64);
+
+impl LinkHasher {
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
 
 impl Hasher for LinkHasher {
     fn finish(&self) -> u64 {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
         for b in bytes {
-            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+            self.mix(u64::from(*b));
         }
-        self.0 = h;
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.mix(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+    fn write_isize(&mut self, i: isize) {
+        self.mix(i as u64);
     }
 }
 
@@ -55,6 +71,9 @@ pub(super) struct Engine {
     pub(super) send: LinkMap<SendConn>,
     pub(super) recv: LinkMap<RecvConn>,
     pub(super) active: Option<Active>,
+    /// The steps of the batch that finished last, handed back to the caller to run
+    /// again (see `Comm`'s step cache).
+    pub(super) finished: Option<Vec<Vec<Step>>>,
     pub(super) scratch: Vec<Vec<u8>>,
     /// The device's work queue on a device communicator.
     pub(super) dev: Option<DevCompute>,
@@ -127,7 +146,8 @@ impl Engine {
     /// One pass: complete sends, run the slices that need no new data (a send of
     /// this rank's own input goes out before any receive is polled), poll the
     /// receives, run the slices they unblocked, and post what was filled, so a hop
-    /// costs no extra pass. The batch is dropped (`active = None`) once done.
+    /// costs no extra pass. Once done the batch is dropped (`active = None`) but for
+    /// its steps, kept in `finished`.
     pub(super) fn progress(&mut self) -> Result<bool> {
         let mut moved = self.progress_sends()?;
         if self.slices()? {
@@ -184,6 +204,7 @@ impl Engine {
             self.active = Some(a);
         } else {
             self.release_direct();
+            self.finished = Some(a.batch.channels);
         }
         Ok(sliced)
     }

@@ -112,6 +112,7 @@ impl Proxy {
                 send: LinkMap::default(),
                 recv: LinkMap::default(),
                 active: None,
+                finished: None,
                 scratch: Vec::new(),
                 dev,
                 direct,
@@ -149,10 +150,11 @@ impl Proxy {
         Ok(())
     }
 
-    /// Runs a batch to completion on the calling thread. After `timeout` the
-    /// communicator is aborted and the call fails; the engine never keeps a pointer to
-    /// the batch's buffers after this returns.
-    pub fn run(&self, batch: Batch, timeout: Duration) -> Result<()> {
+    /// Runs a batch to completion on the calling thread and hands its steps back
+    /// (for the next identical batch). After `timeout` the communicator is aborted
+    /// and the call fails; the engine never keeps a pointer to the batch's buffers
+    /// after this returns.
+    pub fn run(&self, batch: Batch, timeout: Duration) -> Result<Vec<Vec<Step>>> {
         let sh = &self.shared;
         if let Some(e) = sh.error() {
             return Err(e);
@@ -204,6 +206,7 @@ impl Proxy {
         // ended; a failed batch fails the communicator); drop it before anything else
         // can fail.
         eng.active = None;
+        let steps = eng.finished.take().unwrap_or_default();
         if !idle {
             sh.ctrl.transition(true);
         }
@@ -228,7 +231,7 @@ impl Proxy {
         if handover && let Some(t) = &self.thread {
             t.thread().unpark();
         }
-        Ok(())
+        Ok(steps)
     }
 
     /// Aborts: the current and future operations fail.
