@@ -34,6 +34,9 @@ use slots::Slots;
 pub use user::DirectRecv;
 use user::UserMrs;
 
+/// Buffers of one grouped receive kept on the stack (larger groups allocate).
+const INLINE_RECVS: usize = 8;
+
 /// Protocol index into per-connection FIFO arrays.
 pub fn proto_index(p: Protocol) -> usize {
     p.0.clamp(0, 2) as usize
@@ -468,11 +471,25 @@ impl RecvConn {
                 let (addr, len) = d.slice(*expect_posted);
                 user.find(addr, len).map(|m| (addr, len, m))
             });
-            let mut bufs = Vec::with_capacity(k);
-            for j in 0..k {
+            // On the stack up to a typical group (no allocation per receive).
+            let empty = RecvBuffer {
+                data: std::ptr::null_mut(),
+                size: 0,
+                tag: 0,
+                mr: None,
+            };
+            let mut inline = [empty; INLINE_RECVS];
+            let mut heap = Vec::new();
+            let bufs: &mut [RecvBuffer<'_>] = if k <= INLINE_RECVS {
+                &mut inline[..k]
+            } else {
+                heap.resize(k, empty);
+                &mut heap
+            };
+            for (j, b) in bufs.iter_mut().enumerate() {
                 let slot = ((f.post + j as u64) % n) as usize;
                 let tag = if e.group > 1 { j as i32 } else { *peer };
-                bufs.push(match direct {
+                *b = match direct {
                     Some((addr, len, m)) => RecvBuffer {
                         data: addr as *mut u8,
                         size: len,
@@ -485,13 +502,13 @@ impl RecvConn {
                         tag,
                         mr: f.mr.as_ref(),
                     },
-                });
+                };
             }
             let optional = p.proto != Protocol::SIMPLE && k == 1;
             let phs = f.steps.start(e.prof.as_ref(), f.post, *expect_posted, k);
             // SAFETY: the slots stay untouched until the request completes and the
             // kernel consumed them; so do their step handles (`phs`) in `f.steps`.
-            match unsafe { comm.irecv_profiled(&bufs, optional, &phs) } {
+            match unsafe { comm.irecv_profiled(bufs, optional, &phs) } {
                 Ok(Some(r)) => {
                     if let Some((addr, ..)) = direct {
                         f.landed[(f.post % n) as usize] = Some(addr);

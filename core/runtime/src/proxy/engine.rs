@@ -74,6 +74,8 @@ pub(super) struct Engine {
     /// The steps of the batch that finished last, handed back to the caller to run
     /// again (see `Comm`'s step cache).
     pub(super) finished: Option<Vec<Vec<Step>>>,
+    /// The last batch's cursors, reused by the next (no allocation per batch).
+    pub(super) spare_cursor: Vec<(usize, usize)>,
     pub(super) scratch: Vec<Vec<u8>>,
     /// The device's work queue on a device communicator.
     pub(super) dev: Option<DevCompute>,
@@ -138,7 +140,9 @@ impl Engine {
                 }
             }
         }
-        let cursor = vec![(0, 0); batch.channels.len()];
+        let mut cursor = std::mem::take(&mut self.spare_cursor);
+        cursor.clear();
+        cursor.resize(batch.channels.len(), (0, 0));
         self.active = Some(Active { batch, cursor });
         Ok(())
     }
@@ -205,6 +209,7 @@ impl Engine {
         } else {
             self.release_direct();
             self.finished = Some(a.batch.channels);
+            self.spare_cursor = a.cursor;
         }
         Ok(sliced)
     }

@@ -113,6 +113,7 @@ impl Proxy {
                 recv: LinkMap::default(),
                 active: None,
                 finished: None,
+                spare_cursor: Vec::new(),
                 scratch: Vec::new(),
                 dev,
                 direct,
