@@ -120,6 +120,12 @@ run: package
 perf-compare: build
 	NCCL_NET_PLUGIN=none NCCL_TUNER_PLUGIN=none core/cli/perf/compare.sh $(OUT)/cclkit
 
+# The same at 8 B, alternated round by round, median of per-round ratios
+# (core/cli/perf/compare_small.sh).
+.PHONY: perf-compare-small
+perf-compare-small: build
+	NCCL_NET_PLUGIN=none NCCL_TUNER_PLUGIN=none core/cli/perf/compare_small.sh $(OUT)/cclkit
+
 clean:
 	rm -rf build
 	$(CARGO) clean
