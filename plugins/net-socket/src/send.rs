@@ -20,6 +20,7 @@
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
+use std::mem::MaybeUninit;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
@@ -127,11 +128,13 @@ impl SendCtl {
             self.full = false;
         }
         while !self.out.is_empty() {
-            let mut iov = [IoSlice::new(&[]); 2 * BATCH];
+            // Left uninitialised: most writes carry one or two messages, and zeroing
+            // all 2 KiB of entries cost more than building the ones used.
+            let mut iov = [const { MaybeUninit::<IoSlice<'_>>::uninit() }; 2 * BATCH];
             let mut n = 0;
             for o in self.out.iter().take(BATCH) {
                 if o.sent < Header::LEN {
-                    iov[n] = IoSlice::new(&o.head[o.sent..]);
+                    iov[n].write(IoSlice::new(&o.head[o.sent..]));
                     n += 1;
                 }
                 let done = o.sent.saturating_sub(Header::LEN);
@@ -139,12 +142,15 @@ impl SendCtl {
                     // SAFETY: see `Out`: the payload is valid for `len` bytes.
                     let p =
                         unsafe { std::slice::from_raw_parts(o.payload.add(done), o.len - done) };
-                    iov[n] = IoSlice::new(p);
+                    iov[n].write(IoSlice::new(p));
                     n += 1;
                 }
             }
+            // SAFETY: entries 0..n were written above (at most two per message, and at
+            // most BATCH messages), and MaybeUninit<T> has T's layout.
+            let iov = unsafe { std::slice::from_raw_parts(iov.as_ptr().cast::<IoSlice<'_>>(), n) };
             self.writes += 1;
-            let mut written = match sys::send_vectored(self.sock.as_raw_fd(), &iov[..n]) {
+            let mut written = match sys::send_vectored(self.sock.as_raw_fd(), iov) {
                 Ok(w) => w,
                 Err(e) if sys::would_block(&e) => {
                     self.full = true;

@@ -5,6 +5,7 @@
 
 use crate::profiler::net::RequestProfiler;
 use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -368,8 +369,9 @@ pub(crate) unsafe fn irecv_profiled<T: NetExport, S: Copy + TryInto<usize> + std
     let optional = unsafe { request.read() } as usize == NCCL_NET_OPTIONAL_RECV_COMPLETION;
     // SAFETY: tag-checked.
     let r = unsafe { borrow::<CommBox<T, T::RecvComm>>(recv_comm, RECV_TAG, "recvComm")? };
+    let mut bufs = Gathered::new();
     // SAFETY: forwarded contract.
-    let bufs = unsafe { gather::<T, S>(n, data, sizes, tags, mhandles)? };
+    unsafe { gather::<T, S>(n, data, sizes, tags, mhandles, &mut bufs)? };
     let req = r
         .plugin
         .irecv_profiled(&mut r.comm, &bufs, optional, prof)?;
@@ -378,19 +380,41 @@ pub(crate) unsafe fn irecv_profiled<T: NetExport, S: Copy + TryInto<usize> + std
 }
 
 /// The buffers of one grouped receive, on the stack (no allocation on the data path).
+/// Only the first `n` entries are ever written: NCCL passes one buffer most of the
+/// time, and initialising (then moving) all 64 entries cost more than the call's
+/// other work.
 pub(crate) struct Gathered<'a, M> {
-    bufs: [RecvBuf<'a, M>; MAX_GROUP],
+    bufs: [MaybeUninit<RecvBuf<'a, M>>; MAX_GROUP],
     n: usize,
+}
+
+impl<'a, M> Gathered<'a, M> {
+    /// An empty list (nothing initialised).
+    pub(crate) fn new() -> Self {
+        Self {
+            bufs: [const { MaybeUninit::uninit() }; MAX_GROUP],
+            n: 0,
+        }
+    }
+
+    /// Appends `b`; the caller checked the count against `MAX_GROUP`.
+    fn push(&mut self, b: RecvBuf<'a, M>) {
+        if let Some(slot) = self.bufs.get_mut(self.n) {
+            slot.write(b);
+            self.n += 1;
+        }
+    }
 }
 
 impl<'a, M> std::ops::Deref for Gathered<'a, M> {
     type Target = [RecvBuf<'a, M>];
     fn deref(&self) -> &Self::Target {
-        &self.bufs[..self.n]
+        // SAFETY: entries 0..n were written by `push`; MaybeUninit<T> has T's layout.
+        unsafe { std::slice::from_raw_parts(self.bufs.as_ptr().cast(), self.n) }
     }
 }
 
-/// Builds the buffer list of a grouped receive or flush.
+/// Builds the buffer list of a grouped receive or flush into `out` (empty).
 ///
 /// # Safety
 /// As [`irecv`]; `tags` may be NULL (flush).
@@ -400,7 +424,8 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
     sizes: *const S,
     tags: *const c_int,
     mhandles: *mut *mut c_void,
-) -> Result<Gathered<'a, T::Mr>> {
+    out: &mut Gathered<'a, T::Mr>,
+) -> Result<()> {
     let n = usize::try_from(n)
         .ok()
         .filter(|n| (1..=MAX_GROUP).contains(n))
@@ -410,17 +435,6 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
     if data.is_null() || sizes.is_null() {
         return Err(Error::invalid_argument("data or sizes array is NULL"));
     }
-    // SAFETY: an empty buffer (NULL, 0 bytes) is a valid placeholder.
-    let placeholder = unsafe { Buf::new(std::ptr::null_mut(), 0) };
-    let empty = RecvBuf {
-        buf: placeholder,
-        tag: 0,
-        mr: None,
-    };
-    let mut bufs = Gathered {
-        bufs: [empty; MAX_GROUP],
-        n,
-    };
     for i in 0..n {
         // SAFETY: the arrays hold `n` entries (contract); `tags`/`mhandles` may be NULL.
         unsafe {
@@ -435,14 +449,14 @@ unsafe fn gather<'a, T: Net, S: Copy + TryInto<usize> + std::fmt::Display>(
             } else {
                 mhandles.add(i).read()
             };
-            bufs.bufs[i] = RecvBuf {
+            out.push(RecvBuf {
                 buf: Buf::new(data.add(i).read().cast(), size),
                 tag,
                 mr: mr_ref::<T::Mr>(mh)?,
-            };
+            });
         }
     }
-    Ok(bufs)
+    Ok(())
 }
 
 /// # Safety
@@ -460,8 +474,9 @@ pub(crate) unsafe fn iflush<T: NetExport>(
     }
     // SAFETY: tag-checked.
     let r = unsafe { borrow::<CommBox<T, T::RecvComm>>(recv_comm, RECV_TAG, "recvComm")? };
+    let mut bufs = Gathered::new();
     // SAFETY: forwarded contract.
-    let bufs = unsafe { gather::<T, c_int>(n, data, sizes, std::ptr::null(), mhandles)? };
+    unsafe { gather::<T, c_int>(n, data, sizes, std::ptr::null(), mhandles, &mut bufs)? };
     let req = r.plugin.iflush(&mut r.comm, &bufs)?;
     put_request(request, req);
     Ok(())
