@@ -45,6 +45,10 @@ pub struct Config {
     /// and send from the registered user buffer where no later step writes those
     /// bytes); off stages every byte through the FIFO slots.
     pub direct: bool,
+    /// `CCLKIT_RUN_AHEAD`: let a channel's next step send while the current one only
+    /// waits for data (`proxy/engine/ahead.rs`). Unset: on when every rank has a core
+    /// of its own; `1`/`0`: always/never.
+    pub run_ahead: Option<bool>,
     /// `CCLKIT_DEVICE` (`host`, `cuda`, `cuda:N`; `CCLKIT_CUDA_EMULATE=1` for the
     /// emulated GPU): where user buffers live (see [`super::device`]).
     pub device: DeviceKind,
@@ -59,6 +63,7 @@ impl std::fmt::Debug for Config {
             .field("channels", &(self.min_channels, self.max_channels))
             .field("grouped_recv", &self.grouped_recv)
             .field("direct", &self.direct)
+            .field("run_ahead", &self.run_ahead)
             .field("device", &self.device)
             .finish_non_exhaustive()
     }
@@ -298,6 +303,9 @@ impl Config {
             proto,
             grouped_recv: flag("CCLKIT_GROUPED_RECV", true)?,
             direct: flag("CCLKIT_DIRECT", true)?,
+            run_ahead: get("CCLKIT_RUN_AHEAD")
+                .map(|v| parse_bool("CCLKIT_RUN_AHEAD", &v))
+                .transpose()?,
             device: DeviceKind::from_lookup(get).map_err(|e| e.context("CCLKIT_DEVICE"))?,
         })
     }
@@ -368,6 +376,7 @@ mod tests {
             ("NCCL_IB_TC", "-1"),
             ("CCLKIT_GROUPED_RECV", "off"),
             ("CCLKIT_DIRECT", "false"),
+            ("CCLKIT_RUN_AHEAD", "on"),
             ("CCLKIT_TUNER_REPORT", "Yes"),
             ("CCLKIT_STRICT", "0"),
             ("CCLKIT_OP_TIMEOUT", "0.25"),
@@ -379,11 +388,14 @@ mod tests {
         assert_eq!((c.min_channels, c.max_channels), (3, 5));
         assert_eq!(c.traffic_class, Some(-1));
         assert!(!c.grouped_recv && c.tuner_report && !c.direct);
+        assert_eq!(c.run_ahead, Some(true));
         assert_eq!(c.op_timeout, Duration::from_millis(250));
         assert_eq!(c.bootstrap_timeout, Duration::from_secs(604_800));
         let d = cfg(&[]).unwrap();
         assert_eq!(d.op_timeout, DEFAULT_OP_TIMEOUT);
         assert!(d.grouped_recv && !d.tuner_report && d.direct);
+        assert_eq!(d.run_ahead, None);
+        assert!(cfg(&[("CCLKIT_RUN_AHEAD", "sometimes")]).is_err());
     }
 
     #[test]

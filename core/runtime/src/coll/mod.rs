@@ -25,6 +25,10 @@ use super::tune::{Decision, PatKind, pat_limit};
 /// ([`CopyCounts::since`]) to see what it copied and what took a direct path.
 pub use super::schedule::copies::{CopyCounts, copy_counts};
 
+/// Slices the engine ran one step ahead on a channel while the step before them
+/// waited for data (process-wide; see `proxy/engine/ahead.rs`).
+pub use super::proxy::ahead_slices;
+
 /// Collective groups that reran the steps of the group before them (process-wide),
 /// for tests and benchmarks that check the plan cache: see [`step_reuses`].
 static STEP_REUSES: AtomicU64 = AtomicU64::new(0);

@@ -83,7 +83,7 @@ impl Comm {
         tuning.buffers_on_host(host_buffers);
         let gpu_pci = device.gpu_pci_path();
         let places = Self::placements(&device, &devices, &nic_caps, config, rank)?;
-        let proxy = Proxy::start_on(rank, device.compute()?, config.direct)?;
+        let proxy = Proxy::start_on(rank, device.compute()?, config.direct, config.run_ahead)?;
         let profile = crate::profile::Profile::init(comm_id(id), ring.hosts, nranks, rank);
         let comm = Self {
             rank,

@@ -103,8 +103,14 @@ impl Proxy {
     /// Starts the engine and its background thread `cclkit-proxy-<rank>`; on a device
     /// communicator `dev` runs each slice's reductions and copies with the device
     /// kernels (`None`: on the host); `direct` allows NCCL's direct paths on host
-    /// memory (`CCLKIT_DIRECT`, see `engine/direct.rs`).
-    pub fn start_on(rank: usize, dev: Option<DevCompute>, direct: bool) -> Result<Self> {
+    /// memory (`CCLKIT_DIRECT`, see `engine/direct.rs`); `run_ahead` lets a
+    /// channel's next step send early (`CCLKIT_RUN_AHEAD`, see `engine/ahead.rs`).
+    pub fn start_on(
+        rank: usize,
+        dev: Option<DevCompute>,
+        direct: bool,
+        run_ahead: Option<bool>,
+    ) -> Result<Self> {
         let shared = Arc::new(Shared {
             rank,
             engine: Mutex::new(Engine {
@@ -117,6 +123,7 @@ impl Proxy {
                 scratch: Vec::new(),
                 dev,
                 direct,
+                run_ahead,
             }),
             abort: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -301,4 +308,6 @@ mod wait;
 use wait::{Backoff, ENGINES};
 
 mod engine;
+
+pub use engine::ahead_slices;
 use engine::{Engine, LinkMap};

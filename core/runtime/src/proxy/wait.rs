@@ -31,7 +31,7 @@ pub(super) static ENGINES: AtomicUsize = AtomicUsize::new(0);
 /// of this process, whichever is larger, against the CPUs this process may use —
 /// or, when a launcher pinned it to a single CPU (`--bind-to core`), the CPUs
 /// online, among which the launcher spread the ranks.
-fn cores_shared() -> bool {
+pub(super) fn cores_shared() -> bool {
     static LAUNCH: OnceLock<(usize, usize)> = OnceLock::new();
     let &(local, cpus) = LAUNCH.get_or_init(|| {
         let local = super::super::launch::detect(&super::super::launch::ProcessEnv)
