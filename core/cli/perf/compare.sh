@@ -17,7 +17,6 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
 NPS=${NPS:-"2 4"}
 MINB=${MINB:-8}
 MAXB=${MAXB:-64M}
@@ -28,33 +27,11 @@ REPEAT=${REPEAT:-1}
 MPI_IF=${MPI_IF:-lo}
 HIGH_PRIORITY=${HIGH_PRIORITY:-0}
 
-cclkit=${1:-${CCLKIT:-}}
-if [[ -z "$cclkit" ]]; then
-  target=$(cd "$repo" && cargo metadata --format-version 1 --no-deps 2>/dev/null |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-  cclkit=${target:-$repo/target}/release/cclkit
-fi
+# shellcheck source=mpi_side.sh
+. "$here/mpi_side.sh"
+cclkit=${1:-${CCLKIT:-$(default_cclkit)}}
 [[ -x "$cclkit" ]] || { echo "no cclkit binary at $cclkit (cargo build --release -p cclkit-cli, or pass its path)" >&2; exit 2; }
-for tool in mpicc mpirun; do
-  command -v "$tool" >/dev/null || { echo "$tool not found: apt-get install -y openmpi-bin libopenmpi-dev" >&2; exit 2; }
-done
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mpicc -O2 -o "$work/mpi_allreduce" "$here/mpi_allreduce.c"
 cc -O2 -o "$work/tcp_exchange" "$here/tcp_exchange.c"
-
-mpirun_flags=(--oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$MPI_IF")
-[[ $(id -u) == 0 ]] && mpirun_flags+=(--allow-run-as-root)
-
-# Runs "$@" at high priority when asked (a new session gets its own autogroup).
-prio() {
-  if [[ "$HIGH_PRIORITY" == 1 ]]; then
-    setsid -w bash -c 'echo -20 > /proc/self/autogroup 2>/dev/null; exec "$@"' prio "$@"
-  else
-    "$@"
-  fi
-}
 
 # Rows of an nccl-tests style table as "size time busbw" (out-of-place columns).
 rows() { awk '/^ +[0-9]/ { print $1, $6, $8 }'; }

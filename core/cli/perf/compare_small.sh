@@ -14,29 +14,16 @@
 #              HIGH_PRIORITY [1] (autogroup nice -20 for both sides)  MPI_IF [lo]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../../.." && pwd)
 ROUNDS=${ROUNDS:-15} NP=${NP:-2} BYTES=${BYTES:-8} ITER_TIME=${ITER_TIME:-300}
 HIGH_PRIORITY=${HIGH_PRIORITY:-1} MPI_IF=${MPI_IF:-lo}
+command -v python3 >/dev/null || { echo "python3 not found: apt-get install -y python3" >&2; exit 2; }
+# shellcheck source=mpi_side.sh
+. "$here/mpi_side.sh"
 bins=("$@")
-[[ ${#bins[@]} -gt 0 ]] || bins=("${CARGO_TARGET_DIR:-$repo/target}/release/cclkit")
+[[ ${#bins[@]} -gt 0 ]] || bins=("$(default_cclkit)")
 for b in "${bins[@]}"; do
   [[ -x "$b" ]] || { echo "no cclkit binary at $b (cargo build --release -p cclkit-cli)" >&2; exit 2; }
 done
-for tool in mpicc mpirun python3; do
-  command -v "$tool" >/dev/null || { echo "$tool not found: apt-get install -y openmpi-bin libopenmpi-dev python3" >&2; exit 2; }
-done
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mpicc -O2 -o "$work/mpi_allreduce" "$here/mpi_allreduce.c"
-mpirun_flags=(--oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$MPI_IF")
-[[ $(id -u) == 0 ]] && mpirun_flags+=(--allow-run-as-root)
-prio() {
-  if [[ "$HIGH_PRIORITY" == 1 ]]; then
-    setsid -w bash -c 'echo -20 > /proc/self/autogroup 2>/dev/null; exec "$@"' prio "$@"
-  else
-    "$@"
-  fi
-}
 # The out-of-place time of the one size, or "fail".
 time_of() { awk -v b="$BYTES" '$1 == b && /^ +[0-9]/ { print $6; f = 1 } END { if (!f) print "fail" }'; }
 echo "# $NP ranks, all_reduce float sum, $BYTES B, $ROUNDS rounds; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -91,8 +91,8 @@ pub(super) fn slices(len: usize, slice: usize) -> usize {
     len.div_ceil(slice)
 }
 
-/// Slice calls a step takes: a step of no bytes still runs once (its empty
-/// message keeps both ends' sequences in step).
+/// Slice calls a step takes: a step of no bytes still gets its one call, as in the
+/// channel loop of `slices`.
 fn step_slices(step: &Step, slice: usize) -> usize {
     slices(step.prim.len, slice).max(1)
 }
