@@ -118,6 +118,8 @@ fn all_gather_checked(comm: &cclkit_runtime::Comm, seed: u64, part: usize) {
 /// (where host slices would be smaller), AllGather, each checked exactly against
 /// every rank's input.
 fn mixed_collectives() {
+    // NCCL_DEBUG (INFO in the test below) through the host's NCCL-style logger.
+    cclkit_host::log::init_from_env();
     let comm = join();
     let (me, n) = (comm.rank(), comm.nranks());
     emit("cuda", comm.device().is_cuda());
@@ -149,6 +151,7 @@ fn a_comm_mixing_host_and_device_ranks_agrees_on_slices_and_protocol() {
         .envs(builtin_net())
         .env("CCLKIT_OP_TIMEOUT", 30)
         .env("NCCL_PROTO", "LL")
+        .env("NCCL_DEBUG", "INFO")
         .rank_env(1, "CCLKIT_DEVICE", "cuda")
         .rank_env(1, "CCLKIT_CUDA_EMULATE", 1)
         .timeout(Duration::from_secs(180))
@@ -158,6 +161,19 @@ fn a_comm_mixing_host_and_device_ranks_agrees_on_slices_and_protocol() {
         .map(|r| run.value(r, "cuda").as_bool().unwrap_or_default())
         .collect();
     assert_eq!(kinds, [false, true, false], "{}", run.describe());
+    // The host ranks say why they run device sizes and Simple; the device rank has
+    // nothing to explain.
+    let says = |r: usize| {
+        run.ranks[r]
+            .stderr
+            .contains("ranks [1] use device memory: running as a device communicator")
+    };
+    assert_eq!(
+        [says(0), says(1), says(2)],
+        [true, false, true],
+        "the INFO line of a host rank in a mixed communicator:\n{}",
+        run.describe()
+    );
 }
 
 /// The GDR test plugin, compiled for this test.
