@@ -157,6 +157,10 @@ pub struct Tuning {
     host_memory: bool,
     /// The last cost table computed, with its (collective, bytes, channels).
     last_table: Mutex<Option<(Func, usize, usize, CostTable)>>,
+    /// Without a tuner plugin: the last decision, with its (collective, bytes,
+    /// channel limit). The model and the protocol sizes are fixed for a
+    /// communicator, so a repeated call decides the same.
+    last_decision: Mutex<Option<(Func, usize, usize, Decision)>>,
 }
 
 impl Tuning {
@@ -178,6 +182,7 @@ impl Tuning {
             fallbacks: Mutex::new(0),
             host_memory: true,
             last_table: Mutex::new(None),
+            last_decision: Mutex::new(None),
         }
     }
 
@@ -185,6 +190,10 @@ impl Tuning {
     /// Simple chunks are then capped (see [`ProtoParams::chunk_on`]).
     pub fn buffers_on_host(&mut self, host: bool) {
         self.host_memory = host;
+        *self
+            .last_decision
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Overrides `NCCL_ALGO` / `NCCL_PROTO` (tests and tools).
@@ -192,6 +201,10 @@ impl Tuning {
         self.algo_env = algo;
         self.proto_env = proto;
         *self.last_table.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+        *self
+            .last_decision
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// [`table`](Self::table), computed again only when (collective, bytes,
@@ -355,6 +368,9 @@ impl Tuning {
     }
 
     /// Decides how to run `func` on `bytes` (the size NCCL would report to tuners).
+    /// `params` gives the communicator's protocol sizes and must be the same on
+    /// every call to one `Tuning`: without a tuner plugin a repeated call returns
+    /// the last decision.
     pub fn decide(
         &self,
         func: Func,
@@ -362,6 +378,15 @@ impl Tuning {
         max_channels: usize,
         params: &dyn Fn(Protocol) -> ProtoParams,
     ) -> Result<Decision> {
+        if self.tuner.is_none() {
+            let last = *self.last_decision.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((f, b, c, d)) = last
+                && (f, b, c) == (func, bytes, max_channels)
+            {
+                self.record(func, bytes, d);
+                return Ok(d);
+            }
+        }
         // A channel is worth its connections once it carries a whole Simple slice:
         // below that, a second channel only splits the same CPU time between two
         // connections (measured: 256 KiB–1 MiB AllReduce on 2–4 ranks is 10–40 %
@@ -453,11 +478,20 @@ impl Tuning {
             chunk,
             source,
         };
+        if self.tuner.is_none() {
+            *self.last_decision.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((func, bytes, max_channels, d));
+        }
+        self.record(func, bytes, d);
+        Ok(d)
+    }
+
+    /// Counts `d` in the report.
+    fn record(&self, func: Func, bytes: usize, d: Decision) {
         self.records
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .record(func, bytes, d);
-        Ok(d)
     }
 
     fn fallback(&self, why: String) -> Result<Source> {
