@@ -384,25 +384,32 @@ impl<'c, 'b> CollGroup<'c, 'b> {
         if !cache.peers.is_empty() {
             comm.ensure_p2p(&cache.peers, &cache.peers)?;
         }
-        let mut ops = Vec::with_capacity(2 * self.ops.len());
-        let mut tasks = Vec::with_capacity(2 * self.ops.len());
+        let mut cache = cache;
+        let mut ops = std::mem::take(&mut cache.ops);
+        ops.clear();
+        // Profiler events per operation; none (and no allocation) without one.
+        let mut tasks = Vec::new();
         for (i, (d, dec)) in self.ops.iter().zip(decisions).enumerate() {
             let (op, extra) = op_refs(comm, d, dec)?;
-            let task = prof.as_mut().map_or(EventHandle::NULL, |g| {
-                g.coll(i, CollInfo::of(comm, d.func, &d.bufs, d.root, dec))
-            });
+            let task = prof
+                .as_mut()
+                .map(|g| g.coll(i, CollInfo::of(comm, d.func, &d.bufs, d.root, dec)));
             ops.push(op);
-            tasks.push(task);
+            tasks.extend(task);
             if let Some(op) = extra {
                 ops.push(op);
-                tasks.push(task);
+                tasks.extend(task);
             }
         }
         let Some(proto) = decisions.first().map(|d| d.proto) else {
             return Ok(());
         };
-        let channels = comm.run_steps(cache.channels, ops, proto, false, &tasks)?;
-        comm.keep_steps(StepCache { channels, ..cache });
+        let (channels, ops) = comm.run_steps(cache.channels, ops, proto, false, &tasks)?;
+        comm.keep_steps(StepCache {
+            channels,
+            ops,
+            ..cache
+        });
         Ok(())
     }
 
@@ -501,7 +508,7 @@ impl<'c, 'b> CollGroup<'c, 'b> {
             }
         }
         if let Some((proto, p2p)) = pending_key {
-            let channels = comm.run_profiled(pending, proto, p2p, &tasks)?;
+            let (channels, ops) = comm.run_profiled(pending, proto, p2p, &tasks)?;
             if one_batch {
                 comm.keep_steps(StepCache {
                     keys: self
@@ -512,6 +519,7 @@ impl<'c, 'b> CollGroup<'c, 'b> {
                         .collect(),
                     channels,
                     peers: pat_peers,
+                    ops,
                 });
             }
         }

@@ -61,6 +61,9 @@ pub(crate) struct StepCache {
     /// Peers the group's PAT schedules exchange with (their links are checked
     /// before every run).
     pub peers: Vec<usize>,
+    /// The last run's operation list, emptied: the next run fills it without
+    /// allocating.
+    pub ops: Vec<OpRef>,
 }
 
 /// A communicator: one rank's view of a group of ranks.
@@ -239,14 +242,15 @@ impl Comm {
 
     /// Runs per-operation plans as one batch with protocol `proto`; `tasks[i]` is the
     /// profiler's Coll/P2p event of plan `i` (empty without a profiler). Returns the
-    /// batch's steps, which [`run_steps`](Self::run_steps) can run again.
+    /// batch's steps, which [`run_steps`](Self::run_steps) can run again, and its
+    /// emptied operation list.
     pub(crate) fn run_profiled(
         &self,
         plans: Vec<(Plan, OpRef)>,
         proto: Protocol,
         p2p: bool,
         tasks: &[cclkit_host::profiler::EventHandle],
-    ) -> Result<Vec<Vec<Step>>> {
+    ) -> Result<(Vec<Vec<Step>>, Vec<OpRef>)> {
         let nch = plans.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
         let mut channels: Vec<Vec<Step>> = vec![Vec::new(); nch];
         let mut ops = Vec::with_capacity(plans.len());
@@ -282,7 +286,7 @@ impl Comm {
     }
 
     /// Runs `channels` (steps whose `op` indexes `ops`) as one batch with protocol
-    /// `proto`, and hands the steps back.
+    /// `proto`, and hands the steps and the emptied `ops` back.
     pub(crate) fn run_steps(
         &self,
         channels: Vec<Vec<Step>>,
@@ -290,7 +294,7 @@ impl Comm {
         proto: Protocol,
         p2p: bool,
         tasks: &[cclkit_host::profiler::EventHandle],
-    ) -> Result<Vec<Vec<Step>>> {
+    ) -> Result<(Vec<Vec<Step>>, Vec<OpRef>)> {
         let params = self.params[super::fifo::proto_index(proto)];
         let mut elem = 1;
         for op in &ops {
@@ -307,7 +311,9 @@ impl Comm {
             elem = lcm(elem, op.red.elem_size());
         }
         if channels.iter().all(Vec::is_empty) {
-            return Ok(channels);
+            let mut ops = ops;
+            ops.clear();
+            return Ok((channels, ops));
         }
         let cap = if p2p {
             self.limits.max_p2p_bytes

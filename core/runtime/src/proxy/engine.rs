@@ -73,9 +73,9 @@ pub(super) struct Engine {
     pub(super) send: LinkMap<SendConn>,
     pub(super) recv: LinkMap<RecvConn>,
     pub(super) active: Option<Active>,
-    /// The steps of the batch that finished last, handed back to the caller to run
-    /// again (see `Comm`'s step cache).
-    pub(super) finished: Option<Vec<Vec<Step>>>,
+    /// The steps of the batch that finished last and its emptied operation list,
+    /// handed back to the caller to run again (see `Comm`'s step cache).
+    pub(super) finished: Option<(Vec<Vec<Step>>, Vec<OpRef>)>,
     /// The last batch's cursors, reused by the next (no allocation per batch).
     pub(super) spare_cursor: Vec<(usize, usize, usize)>,
     pub(super) scratch: Vec<Vec<u8>>,
@@ -268,7 +268,9 @@ impl Engine {
             self.active = Some(a);
         } else {
             self.release_direct();
-            self.finished = Some(a.batch.channels);
+            let mut ops = a.batch.ops;
+            ops.clear();
+            self.finished = Some((a.batch.channels, ops));
             self.spare_cursor = a.cursor;
         }
         Ok(sliced)

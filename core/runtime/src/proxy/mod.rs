@@ -158,11 +158,11 @@ impl Proxy {
         Ok(())
     }
 
-    /// Runs a batch to completion on the calling thread and hands its steps back
-    /// (for the next identical batch). After `timeout` the communicator is aborted
+    /// Runs a batch to completion on the calling thread and hands its steps and its
+    /// emptied operation list back (for the next identical batch). After `timeout` the communicator is aborted
     /// and the call fails; the engine never keeps a pointer to the batch's buffers
     /// after this returns.
-    pub fn run(&self, batch: Batch, timeout: Duration) -> Result<Vec<Vec<Step>>> {
+    pub fn run(&self, batch: Batch, timeout: Duration) -> Result<(Vec<Vec<Step>>, Vec<OpRef>)> {
         let sh = &self.shared;
         if let Some(e) = sh.error() {
             return Err(e);
