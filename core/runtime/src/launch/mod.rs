@@ -135,9 +135,11 @@ fn root_override(env: &dyn Env) -> Result<Option<SocketAddr>> {
     Ok(None)
 }
 
-/// A port in 20000..50000 derived from a job identifier.
+/// A port in 20000..32000 derived from a job identifier: below Linux's default
+/// ephemeral range (32768 and up), so no outgoing connection on the host can be
+/// holding it when rank 0 binds it (one did, under 20000..50000, in a test run).
 fn derived_port(job: &str) -> u16 {
-    (20_000 + derived_magic(&[job]) % 30_000) as u16
+    (20_000 + derived_magic(&[job]) % 12_000) as u16
 }
 
 /// Detects the launcher from `env`. `Ok(None)` = not started by any known engine.
@@ -379,6 +381,20 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k: &str| m.get(k).cloned()
+    }
+
+    #[test]
+    fn derived_root_ports_stay_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..5000)
+            .map(|j| derived_port(&format!("job{j}")))
+            .collect();
+        assert!(
+            ports.iter().all(|p| (20_000..32_000).contains(p)),
+            "{ports:?}"
+        );
+        // Spread over the range, not piled on a few values.
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert!(distinct.len() > 3000, "{} distinct ports", distinct.len());
     }
 
     #[test]
