@@ -14,11 +14,8 @@
 //! `*request == NULL` from `isend`/`irecv` means "not now": the same post is retried.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use cclkit_abi::raw::common::Protocol;
-use cclkit_host::profiler::callback::StepHandle;
-use cclkit_host::profiler::{EventHandle, ProfilerContext};
 
 use super::device::{self, Placement};
 use super::error::{Error, Result, net_err};
@@ -28,9 +25,11 @@ use cclkit_host::net::{Mr, RecvBuffer, RecvComm, Request, RequestId, SendComm};
 
 mod size;
 mod slots;
+mod step;
 mod user;
 use size::strict_from_env;
 use slots::Slots;
+pub(crate) use step::SlotStep;
 pub use user::DirectRecv;
 use user::UserMrs;
 
@@ -56,35 +55,6 @@ pub struct Expect {
     /// Where the slices land when they skip the FIFO slots (a user buffer
     /// registered on this comm with [`RecvConn::register_user`]; single receives).
     pub direct: Option<DirectRecv>,
-}
-
-/// A send step event handed to the FIFO slot holding its data: the net plugin nests
-/// the request's events under it (the handle stays at its address in the slot until
-/// the request completes), and the slot stops it when the send completes, as NCCL's
-/// send step ends.
-pub(crate) struct SlotStep {
-    handle: StepHandle,
-    ctx: Arc<ProfilerContext>,
-    /// The step's ProxyOp when this is its last step (NULL otherwise): it ends
-    /// right after the step, so no op ends before its steps.
-    op: EventHandle,
-}
-
-impl SlotStep {
-    /// Step `step` of `ctx`, now owned by the slot, with its ProxyOp `op` when the
-    /// step is the op's last (else NULL).
-    pub(crate) fn new(ctx: Arc<ProfilerContext>, step: EventHandle, op: EventHandle) -> Self {
-        Self {
-            handle: StepHandle::new(&ctx, step),
-            ctx,
-            op,
-        }
-    }
-
-    fn end(&self) {
-        self.ctx.stop(self.handle.step());
-        self.ctx.stop(self.op);
-    }
 }
 
 /// The sending direction of one connection.
@@ -235,7 +205,7 @@ impl SendConn {
                 };
                 let ph = f.steps[i]
                     .as_mut()
-                    .map_or(std::ptr::null_mut(), |s| s.handle.as_phandle());
+                    .map_or(std::ptr::null_mut(), |s| s.phandle());
                 // SAFETY: the slot stays untouched until this request completes (the
                 // kernel only refills slots after `done` passes them); so does its
                 // step handle, inside the boxed `steps`.

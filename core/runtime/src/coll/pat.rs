@@ -17,7 +17,7 @@
 //! (commutative) op; in halving-doubling each element is reduced by one rank only
 //! and copied to the others.
 
-use super::schedule::{Buffer, Combine, Link, LinkClass, Prim, Span};
+use crate::schedule::{Buffer, Combine, Link, LinkClass, Prim, Span};
 
 /// Primitives with the op's reduction, primitives without the pre-op, and peers.
 pub type Parts = (Vec<Prim>, Vec<Prim>, Vec<usize>);
