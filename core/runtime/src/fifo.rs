@@ -361,6 +361,12 @@ impl RecvConn {
         fifos[i].as_mut().ok_or_else(|| Error::internal("fifo"))
     }
 
+    /// Nothing to post and nothing in flight: a pass has no network work here
+    /// (ready slots wait for the kernel, not the network).
+    pub fn net_idle(&self) -> bool {
+        self.expect.is_empty() && self.fifos.iter().flatten().all(|f| f.posted.is_empty())
+    }
+
     /// Announces slices an admitted operation will receive on this connection.
     pub fn expect(&mut self, e: Expect) {
         if e.count > 0 {

@@ -24,6 +24,10 @@ pub use super::schedule::copies::{CopyCounts, copy_counts};
 /// waited for data (process-wide; see `proxy/engine/ahead.rs`).
 pub use super::proxy::ahead_slices;
 
+/// Passes of progress and the connections they drove (process-wide; see
+/// `proxy/engine/busy.rs`).
+pub use super::proxy::pass_visits;
+
 /// One collective of a group.
 #[derive(Clone, Copy, Debug)]
 struct Desc {

@@ -15,7 +15,11 @@ use crate::schedule::copies::{Site, add as count};
 use crate::schedule::{Buffer, Combine, Link, LinkClass, combine};
 
 mod ahead;
+mod busy;
 mod direct;
+
+pub(super) use busy::Busy;
+pub use busy::pass_visits;
 
 pub(super) struct Active {
     batch: Batch,
@@ -72,6 +76,9 @@ pub(super) struct Engine {
     pub(super) rank: usize,
     pub(super) send: LinkMap<SendConn>,
     pub(super) recv: LinkMap<RecvConn>,
+    /// The links whose connections may have network work (see `busy.rs`): a pass
+    /// drives these, not every installed connection.
+    pub(super) busy: Busy,
     pub(super) active: Option<Active>,
     /// The steps of the batch that finished last and its emptied operation list,
     /// handed back to the caller to run again (see `Comm`'s step cache).
@@ -109,14 +116,54 @@ pub fn ahead_slices() -> u64 {
 
 impl Engine {
     pub(super) fn sends_idle(&self) -> bool {
-        self.send.values().all(SendConn::idle)
+        self.busy
+            .sends
+            .iter()
+            .all(|l| self.send.get(l).is_none_or(SendConn::idle))
     }
 
     /// Posts and completes sends only (no batch is touched).
     pub(super) fn progress_sends(&mut self) -> Result<bool> {
         let mut moved = false;
-        for c in self.send.values_mut() {
-            moved |= c.progress()?;
+        let mut i = 0;
+        while let Some(l) = self.busy.sends.get(i) {
+            match self.send.get_mut(l) {
+                Some(c) => {
+                    self.busy.visits += 1;
+                    moved |= c.progress()?;
+                    if c.idle() {
+                        self.busy.sends.swap_remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                None => {
+                    self.busy.sends.swap_remove(i);
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Posts receives and completes them on the links with receive work.
+    fn progress_recvs(&mut self) -> Result<bool> {
+        let mut moved = false;
+        let mut i = 0;
+        while let Some(l) = self.busy.recvs.get(i) {
+            match self.recv.get_mut(l) {
+                Some(c) => {
+                    self.busy.visits += 1;
+                    moved |= c.progress()?;
+                    if c.net_idle() {
+                        self.busy.recvs.swap_remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                None => {
+                    self.busy.recvs.swap_remove(i);
+                }
+            }
         }
         Ok(moved)
     }
@@ -150,6 +197,7 @@ impl Engine {
                 };
                 let direct = self.direct_recv(&batch, &batch.ops[step.op], &step.prim, l, group);
                 if let Some(c) = self.recv.get_mut(l) {
+                    Busy::mark(&mut self.busy.recvs, l);
                     c.expect(Expect {
                         params: batch.params,
                         count: slices(step.prim.len, batch.slice),
@@ -178,16 +226,13 @@ impl Engine {
             moved = true;
             self.progress_sends()?;
         }
-        let mut received = false;
-        for c in self.recv.values_mut() {
-            received |= c.progress()?;
-        }
-        if received {
+        if self.progress_recvs()? {
             moved = true;
             if self.slices()? {
                 self.progress_sends()?;
             }
         }
+        self.busy.count_pass();
         Ok(moved)
     }
 
@@ -346,6 +391,7 @@ impl Engine {
                     .get_mut(l)
                     .ok_or_else(|| Error::internal("send connection vanished"))?
                     .filled(p, wire, tag, ps)?;
+                Busy::mark(&mut self.busy.sends, l);
             }
             for l in &prim.recv {
                 self.recv
@@ -468,6 +514,7 @@ impl Engine {
         // SAFETY: `out_ptr` holds `len` result bytes (destination, slot or scratch).
         let result = unsafe { std::slice::from_raw_parts(out_ptr, len) };
         for (k, (o, l)) in outs.iter().zip(&prim.send).enumerate() {
+            Busy::mark(&mut self.busy.sends, l);
             let c = self
                 .send
                 .get_mut(l)

@@ -117,6 +117,7 @@ impl Proxy {
                 rank,
                 send: LinkMap::default(),
                 recv: LinkMap::default(),
+                busy: engine::Busy::default(),
                 active: None,
                 finished: None,
                 spare_cursor: Vec::new(),
@@ -262,6 +263,7 @@ impl Drop for Proxy {
         // Closing order: receives and sends are released here (deregMr, then close),
         // before the plugin context the communicator drops next.
         let mut eng = self.shared.engine();
+        eng.busy = engine::Busy::default();
         eng.send.clear();
         eng.recv.clear();
     }
@@ -309,5 +311,5 @@ use wait::{Backoff, ENGINES};
 
 mod engine;
 
-pub use engine::ahead_slices;
 use engine::{Engine, LinkMap};
+pub use engine::{ahead_slices, pass_visits};

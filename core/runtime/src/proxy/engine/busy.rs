@@ -1,0 +1,56 @@
+//! Which connections a pass drives.
+//!
+//! A communicator installs a connection per channel, peer and link class (ring,
+//! tree, point-to-point), while a small operation uses one or two of them: a pass
+//! that asked every installed connection for progress spent most of its time on
+//! idle ones (nine sends and nine receives on two ranks with four channels). The
+//! engine instead lists the links that may have network work: a send link from the
+//! slice that fills one of its slots until every posted send completed, a receive
+//! link from the batch that announces slices on it until every receive it posted
+//! completed. A link on the list that turns out idle costs one check and leaves.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::schedule::Link;
+
+/// Passes of progress made by this process's engines, and the connections those
+/// passes drove (see [`pass_visits`]).
+static PASSES: AtomicU64 = AtomicU64::new(0);
+static VISITS: AtomicU64 = AtomicU64::new(0);
+
+/// Passes of progress this process made (all engines) and how many connections
+/// they asked for progress in all, for tests and benchmarks: a pass of a small
+/// operation drives the few links it uses, however many are installed.
+pub fn pass_visits() -> (u64, u64) {
+    (
+        PASSES.load(Ordering::Relaxed),
+        VISITS.load(Ordering::Relaxed),
+    )
+}
+
+/// The links with possible network work, by direction.
+#[derive(Default)]
+pub(in crate::proxy) struct Busy {
+    /// Send links with filled or in-flight slots.
+    pub(in crate::proxy) sends: Vec<Link>,
+    /// Receive links with announced slices to post or receives in flight.
+    pub(in crate::proxy) recvs: Vec<Link>,
+    /// Connections driven since the last pass was counted.
+    pub(in crate::proxy) visits: u64,
+}
+
+impl Busy {
+    /// Puts `l` on `list` unless it is there (lists hold a few links: a scan is
+    /// cheaper than hashing).
+    pub(in crate::proxy) fn mark(list: &mut Vec<Link>, l: &Link) {
+        if !list.contains(l) {
+            list.push(*l);
+        }
+    }
+
+    /// Counts one pass and the connections driven since the last one.
+    pub(in crate::proxy) fn count_pass(&mut self) {
+        PASSES.fetch_add(1, Ordering::Relaxed);
+        VISITS.fetch_add(std::mem::take(&mut self.visits), Ordering::Relaxed);
+    }
+}
