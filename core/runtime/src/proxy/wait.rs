@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Passes that only spin before a waiting thread yields when ranks share cores:
-/// few, because a pass polls every connection (system calls) and a peer sharing
+/// few, because a pass polls its busy connections (system calls) and a peer sharing
 /// this core cannot run until this thread yields.
 const SHARED_SPINS: u32 = 4;
 /// How long a waiting thread polls without yielding when every rank has a core of
