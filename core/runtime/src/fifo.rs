@@ -30,8 +30,8 @@ mod user;
 use size::strict_from_env;
 use slots::Slots;
 pub(crate) use step::SlotStep;
-pub use user::DirectRecv;
 use user::UserMrs;
+pub use user::{DirectRecv, user_registrations};
 
 /// Buffers of one grouped receive kept on the stack (larger groups allocate).
 const INLINE_RECVS: usize = 8;

@@ -12,7 +12,7 @@ mod common_rt;
 use std::time::Duration;
 
 use cclkit_abi::raw::common::{Algorithm, DataType, RedOp};
-use cclkit_runtime::coll::{CopyCounts, copy_counts};
+use cclkit_runtime::coll::{CopyCounts, copy_counts, user_registrations};
 use common_rt::{Job, builtin_net, emit, join, param_u64};
 use rand::{Rng, SeedableRng};
 
@@ -44,11 +44,17 @@ fn sites(c: &CopyCounts) -> [u64; 8] {
     ]
 }
 
-/// Runs `f` and reports the bytes each copy site saw under `name`.
+/// Runs `f` and reports the bytes each copy site saw under `name`; the user
+/// buffers a direct path registered are deregistered by the time it returns.
 fn counted(name: &str, f: impl FnOnce()) {
     let before = copy_counts();
     f();
     emit(name, sites(&copy_counts().since(&before)));
+    assert_eq!(
+        user_registrations(),
+        0,
+        "{name}: user-buffer registrations left after the operation"
+    );
 }
 
 /// The rank program: AllReduce (int32 sum) and AllGather, out of place then in place.

@@ -28,6 +28,10 @@ pub use super::proxy::ahead_slices;
 /// `proxy/engine/busy.rs`).
 pub use super::proxy::pass_visits;
 
+/// User-buffer registrations of the direct paths alive now (process-wide; 0
+/// between operations).
+pub use super::fifo::user_registrations;
+
 /// One collective of a group.
 #[derive(Clone, Copy, Debug)]
 struct Desc {

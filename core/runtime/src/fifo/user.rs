@@ -38,6 +38,17 @@ impl DirectRecv {
     }
 }
 
+/// User-buffer registrations alive in this process (all comms): see
+/// [`user_registrations`].
+static LIVE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many user-buffer registrations of the direct paths this process holds now.
+/// Between operations it is 0: a batch deregisters what it registered when it
+/// ends (tests check it).
+pub fn user_registrations() -> u64 {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One comm's registrations of user buffers: `(address, bytes, registration)`.
 #[derive(Default)]
 pub(super) struct UserMrs {
@@ -80,11 +91,13 @@ impl UserMrs {
         // SAFETY: forwarded from the caller.
         let mr = unsafe { comm.reg(addr, len, ptr::HOST) }?;
         self.regs.push((addr as usize, len, mr));
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(true)
     }
 
     /// Every registration, for deregistration.
     pub(super) fn take(&mut self) -> impl Iterator<Item = Mr> + use<> {
+        LIVE.fetch_sub(self.regs.len() as u64, std::sync::atomic::Ordering::Relaxed);
         std::mem::take(&mut self.regs)
             .into_iter()
             .map(|(_, _, m)| m)

@@ -79,12 +79,14 @@ pub(super) struct Engine {
     /// The links whose connections may have network work (see `busy.rs`): a pass
     /// drives these, not every installed connection.
     pub(super) busy: Busy,
-    pub(super) active: Option<Active>,
+    /// Boxed: a pass takes it out and puts it back (a pointer, not the batch).
+    pub(super) active: Option<Box<Active>>,
     /// The steps of the batch that finished last and its emptied operation list,
     /// handed back to the caller to run again (see `Comm`'s step cache).
     pub(super) finished: Option<(Vec<Vec<Step>>, Vec<OpRef>)>,
-    /// The last batch's cursors, reused by the next (no allocation per batch).
-    pub(super) spare_cursor: Vec<(usize, usize, usize)>,
+    /// The last batch's box, emptied, with its cursors: the next batch moves in (no
+    /// allocation per batch).
+    pub(super) spare: Option<Box<Active>>,
     pub(super) scratch: Vec<Vec<u8>>,
     /// The device's work queue on a device communicator.
     pub(super) dev: Option<DevCompute>,
@@ -208,10 +210,20 @@ impl Engine {
                 }
             }
         }
-        let mut cursor = std::mem::take(&mut self.spare_cursor);
-        cursor.clear();
-        cursor.resize(batch.channels.len(), (0, 0, 0));
-        self.active = Some(Active { batch, cursor });
+        let channels = batch.channels.len();
+        let mut a = match self.spare.take() {
+            Some(mut a) => {
+                a.batch = batch;
+                a
+            }
+            None => Box::new(Active {
+                batch,
+                cursor: Vec::new(),
+            }),
+        };
+        a.cursor.clear();
+        a.cursor.resize(channels, (0, 0, 0));
+        self.active = Some(a);
         Ok(())
     }
 
@@ -313,10 +325,11 @@ impl Engine {
             self.active = Some(a);
         } else {
             self.release_direct();
-            let mut ops = a.batch.ops;
+            let mut ops = std::mem::take(&mut a.batch.ops);
             ops.clear();
-            self.finished = Some((a.batch.channels, ops));
-            self.spare_cursor = a.cursor;
+            self.finished = Some((std::mem::take(&mut a.batch.channels), ops));
+            a.batch.prof = None;
+            self.spare = Some(a);
         }
         Ok(sliced)
     }

@@ -1,10 +1,10 @@
 //! The progress engine: what NCCL's proxy thread and GPU kernel do, on host memory.
 //!
 //! Each pass (1) drives the network side (`isend`/`irecv`/`test`, see
-//! [`fifo`](super::fifo)) of every connection with work (`engine/busy.rs`), and (2) advances the active batch's primitives slice
-//! by slice: a slice is processed when every receive link has a ready slot and every
-//! send link a free one, exactly the head/tail handshake NCCL's kernel and proxy do
-//! through `NCCL_STEPS` slots. Operations of a batch (a group) run one after another
+//! [`fifo`](super::fifo)) of every connection with work (`engine/busy.rs`), and
+//! (2) advances the active batch's primitives slice by slice: a slice is processed
+//! when every receive link has a ready slot and every send link a free one, exactly
+//! the head/tail handshake NCCL's kernel and proxy do through `NCCL_STEPS` slots. Operations of a batch (a group) run one after another
 //! per channel; channels run side by side.
 //!
 //! Operations block, so the thread that submits a batch runs the passes itself
@@ -120,7 +120,7 @@ impl Proxy {
                 busy: engine::Busy::default(),
                 active: None,
                 finished: None,
-                spare_cursor: Vec::new(),
+                spare: None,
                 scratch: Vec::new(),
                 dev,
                 direct,

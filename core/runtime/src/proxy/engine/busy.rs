@@ -28,13 +28,20 @@ pub fn pass_visits() -> (u64, u64) {
     )
 }
 
-/// The links with possible network work, by direction.
+/// The links with possible network work, by direction, and those holding the
+/// batch's user-buffer registrations.
 #[derive(Default)]
 pub(in crate::proxy) struct Busy {
     /// Send links with filled or in-flight slots.
     pub(in crate::proxy) sends: Vec<Link>,
     /// Receive links with announced slices to post or receives in flight.
     pub(in crate::proxy) recvs: Vec<Link>,
+    /// Send links holding registrations of the batch's user buffers (direct
+    /// paths, `direct.rs`): the batch ends once their sends from them completed,
+    /// and then releases them.
+    pub(in crate::proxy) direct_sends: Vec<Link>,
+    /// Receive links holding registrations of the batch's user buffers.
+    pub(in crate::proxy) direct_recvs: Vec<Link>,
     /// Connections driven since the last pass was counted.
     pub(in crate::proxy) visits: u64,
 }

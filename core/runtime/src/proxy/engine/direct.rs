@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cclkit_abi::raw::common::Protocol;
 
 use super::super::Batch;
-use super::Engine;
+use super::{Busy, Engine};
 use crate::fifo::DirectRecv;
 use crate::op::OpRef;
 use crate::schedule::{Buffer, Combine, Link, Prim, Span};
@@ -85,8 +85,9 @@ impl Engine {
                     // SAFETY: the caller's buffer stays valid while the batch runs, and
                     // the batch ends only after its sends from it completed and
                     // `release_direct` deregistered it.
-                    if let Err(e) = unsafe { c.register_user(base, cap) } {
-                        refused(&e);
+                    match unsafe { c.register_user(base, cap) } {
+                        Ok(_) => Busy::mark(&mut self.busy.direct_sends, l),
+                        Err(e) => refused(&e),
                     }
                 }
             }
@@ -115,11 +116,14 @@ impl Engine {
         // SAFETY: as in `register_direct_sends`; receives into it are consumed
         // before the batch ends.
         match unsafe { c.register_user(base, cap) } {
-            Ok(true) => Some(DirectRecv {
-                addr: addr as usize,
-                len: prim.len,
-                slice: b.slice,
-            }),
+            Ok(true) => {
+                Busy::mark(&mut self.busy.direct_recvs, l);
+                Some(DirectRecv {
+                    addr: addr as usize,
+                    len: prim.len,
+                    slice: b.slice,
+                })
+            }
             Ok(false) => None,
             Err(e) => {
                 refused(&e);
@@ -130,17 +134,24 @@ impl Engine {
 
     /// Whether the batch may end: no send from a user buffer is still in flight.
     pub(super) fn direct_idle(&self) -> bool {
-        self.send.values().all(|c| c.user_idle())
+        self.busy
+            .direct_sends
+            .iter()
+            .all(|l| self.send.get(l).is_none_or(|c| c.user_idle()))
     }
 
     /// Deregisters the batch's user buffers (it ended: sends from them completed,
     /// receives into them were consumed).
     pub(super) fn release_direct(&mut self) {
-        for c in self.send.values_mut() {
-            c.release_user();
+        for l in self.busy.direct_sends.drain(..) {
+            if let Some(c) = self.send.get_mut(&l) {
+                c.release_user();
+            }
         }
-        for c in self.recv.values_mut() {
-            c.release_user();
+        for l in self.busy.direct_recvs.drain(..) {
+            if let Some(c) = self.recv.get_mut(&l) {
+                c.release_user();
+            }
         }
     }
 }
