@@ -126,48 +126,26 @@ impl Engine {
 
     /// Posts and completes sends only (no batch is touched).
     pub(super) fn progress_sends(&mut self) -> Result<bool> {
-        let mut moved = false;
-        let mut i = 0;
-        while let Some(l) = self.busy.sends.get(i) {
-            match self.send.get_mut(l) {
-                Some(c) => {
-                    self.busy.visits += 1;
-                    moved |= c.progress()?;
-                    if c.idle() {
-                        self.busy.sends.swap_remove(i);
-                    } else {
-                        i += 1;
-                    }
-                }
-                None => {
-                    self.busy.sends.swap_remove(i);
-                }
-            }
-        }
-        Ok(moved)
+        let b = &mut self.busy;
+        busy::drive(
+            &mut b.sends,
+            &mut self.send,
+            &mut b.visits,
+            SendConn::progress,
+            SendConn::idle,
+        )
     }
 
     /// Posts receives and completes them on the links with receive work.
     fn progress_recvs(&mut self) -> Result<bool> {
-        let mut moved = false;
-        let mut i = 0;
-        while let Some(l) = self.busy.recvs.get(i) {
-            match self.recv.get_mut(l) {
-                Some(c) => {
-                    self.busy.visits += 1;
-                    moved |= c.progress()?;
-                    if c.net_idle() {
-                        self.busy.recvs.swap_remove(i);
-                    } else {
-                        i += 1;
-                    }
-                }
-                None => {
-                    self.busy.recvs.swap_remove(i);
-                }
-            }
-        }
-        Ok(moved)
+        let b = &mut self.busy;
+        busy::drive(
+            &mut b.recvs,
+            &mut self.recv,
+            &mut b.visits,
+            RecvConn::progress,
+            RecvConn::net_idle,
+        )
     }
 
     /// Makes `batch` the active one: checks every link has a connection, then tells

@@ -11,6 +11,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::LinkMap;
+use crate::error::Result;
 use crate::schedule::Link;
 
 /// Passes of progress made by this process's engines, and the connections those
@@ -60,4 +62,34 @@ impl Busy {
         PASSES.fetch_add(1, Ordering::Relaxed);
         VISITS.fetch_add(std::mem::take(&mut self.visits), Ordering::Relaxed);
     }
+}
+
+/// Drives the connections of the links on `list` (counting each in `visits`) and
+/// drops from the list those left without work; whether any made progress.
+pub(super) fn drive<C>(
+    list: &mut Vec<Link>,
+    conns: &mut LinkMap<C>,
+    visits: &mut u64,
+    progress: impl Fn(&mut C) -> Result<bool>,
+    idle: impl Fn(&C) -> bool,
+) -> Result<bool> {
+    let mut moved = false;
+    let mut i = 0;
+    while let Some(l) = list.get(i) {
+        match conns.get_mut(l) {
+            Some(c) => {
+                *visits += 1;
+                moved |= progress(c)?;
+                if idle(c) {
+                    list.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+            None => {
+                list.swap_remove(i);
+            }
+        }
+    }
+    Ok(moved)
 }
