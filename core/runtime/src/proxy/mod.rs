@@ -60,12 +60,18 @@ struct Shared {
     abort: AtomicBool,
     stop: AtomicBool,
     failed: Mutex<Option<Error>>,
+    /// Set once `failed` holds an error: the check every operation makes first
+    /// costs a load, not a lock.
+    has_failed: AtomicBool,
     /// ProxyCtrl events (nothing until a batch brings a profiler).
     ctrl: crate::profile::Ctrl,
 }
 
 impl Shared {
     fn error(&self) -> Option<Error> {
+        if !self.has_failed.load(Ordering::Acquire) {
+            return None;
+        }
         self.failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -82,6 +88,7 @@ impl Shared {
         if f.is_none() {
             tracing::warn!(target: "cclkit::proxy", "rank {}: {}", self.rank, e);
             *f = Some(e.clone());
+            self.has_failed.store(true, Ordering::Release);
         }
         f.clone().unwrap_or(e)
     }
@@ -129,6 +136,7 @@ impl Proxy {
             abort: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
             ctrl: crate::profile::Ctrl::default(),
         });
         let bg = Arc::clone(&shared);
@@ -168,7 +176,9 @@ impl Proxy {
         if let Some(e) = sh.error() {
             return Err(e);
         }
-        let start = Instant::now();
+        // The deadline counts from the first pass that found nothing to do: an
+        // operation that never waits never reads the clock.
+        let mut start: Option<Instant> = None;
         let mut eng = sh.engine();
         let append = sh.ctrl.append(batch.prof.as_ref());
         let appended = batch.prof.as_ref().map_or(0, |p| p.proxy_ops());
@@ -202,7 +212,7 @@ impl Proxy {
             }
             // Reading the clock costs more than a pass's bookkeeping: look at it once
             // every few idle passes.
-            if wait.idle % 32 == 0 && start.elapsed() >= timeout {
+            if wait.idle % 32 == 0 && start.get_or_insert_with(Instant::now).elapsed() >= timeout {
                 sh.abort.store(true, Ordering::Release);
                 break Err(sh.fail(Error::timeout(format!(
                     "operation did not complete within {timeout:?} (CCLKIT_OP_TIMEOUT); communicator aborted"
@@ -215,6 +225,7 @@ impl Proxy {
         // ended; a failed batch fails the communicator); drop it before anything else
         // can fail.
         eng.active = None;
+        eng.busy.publish();
         let steps = eng.finished.take().unwrap_or_default();
         if !idle {
             sh.ctrl.transition(true);

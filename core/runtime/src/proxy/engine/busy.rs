@@ -44,7 +44,8 @@ pub(in crate::proxy) struct Busy {
     pub(in crate::proxy) direct_sends: Vec<Link>,
     /// Receive links holding registrations of the batch's user buffers.
     pub(in crate::proxy) direct_recvs: Vec<Link>,
-    /// Connections driven since the last pass was counted.
+    /// Passes and connections driven since the counts were last published.
+    pub(in crate::proxy) passes: u64,
     pub(in crate::proxy) visits: u64,
 }
 
@@ -57,9 +58,15 @@ impl Busy {
         }
     }
 
-    /// Counts one pass and the connections driven since the last one.
+    /// Counts one pass.
     pub(in crate::proxy) fn count_pass(&mut self) {
-        PASSES.fetch_add(1, Ordering::Relaxed);
+        self.passes += 1;
+    }
+
+    /// Adds the passes and visits counted so far to the process-wide counts (once
+    /// per operation: two atomic additions rather than two per pass).
+    pub(in crate::proxy) fn publish(&mut self) {
+        PASSES.fetch_add(std::mem::take(&mut self.passes), Ordering::Relaxed);
         VISITS.fetch_add(std::mem::take(&mut self.visits), Ordering::Relaxed);
     }
 }
