@@ -4,11 +4,11 @@
 //! tree, point-to-point), while a small operation uses one or two of them: a pass
 //! that asked every installed connection for progress spent most of its time on
 //! idle ones (on 2 ranks at 8 B, callgrind counted 9 send-connection calls per
-//! pass, for one link in use). The
-//! engine instead lists the links that may have network work: a send link from the
-//! slice that fills one of its slots until every posted send completed, a receive
-//! link from the batch that announces slices on it until every receive it posted
-//! completed. A link on the list that turns out idle costs one check and leaves.
+//! pass, for one link in use). The engine instead lists the links that may have
+//! network work: a send link from the slice that fills one of its slots until
+//! every posted send completed, a receive link from the batch that announces slices
+//! on it until every receive it posted completed. A link on the list that turns
+//! out idle costs one check and leaves.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,8 +45,9 @@ pub(in crate::proxy) struct Busy {
     pub(in crate::proxy) direct_sends: Vec<Link>,
     /// Receive links holding registrations of the batch's user buffers.
     pub(in crate::proxy) direct_recvs: Vec<Link>,
-    /// Passes and connections driven since the counts were last published.
+    /// Passes made since the counts were last published.
     pub(in crate::proxy) passes: u64,
+    /// Connections those passes (and the background thread's) drove.
     pub(in crate::proxy) visits: u64,
 }
 
