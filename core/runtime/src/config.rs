@@ -28,7 +28,8 @@ pub struct Config {
     pub traffic_class: Option<i32>,
     /// `CCLKIT_BOOTSTRAP_TIMEOUT`: joining and connection setup.
     pub bootstrap_timeout: Duration,
-    /// `CCLKIT_OP_TIMEOUT`: one operation; past it the communicator is aborted.
+    /// `CCLKIT_OP_TIMEOUT`: how long one operation may wait (from its first pass
+    /// without progress); past it the communicator is aborted.
     pub op_timeout: Duration,
     /// `NCCL_MIN_NCHANNELS`.
     pub min_channels: usize,

@@ -26,6 +26,8 @@ pub(super) struct Active {
     /// Per channel: (step index, slice index, slices of the next step already run
     /// ahead, see `ahead.rs`).
     cursor: Vec<(usize, usize, usize)>,
+    /// Whether this batch may run steps ahead (decided once, at admission).
+    ahead: bool,
 }
 
 /// Links to connections, hashed cheaply (a link is three small integers).
@@ -189,6 +191,15 @@ impl Engine {
             }
         }
         let channels = batch.channels.len();
+        // Running ahead fills a link direction that would idle; when ranks share
+        // cores the CPU is the bottleneck instead, and data sent early only waits
+        // in the socket and leaves the cache (4 ranks on 2 CPUs measured 10-25 %
+        // slower at 4-8 MiB with it).
+        let ahead = self.dev.is_none()
+            && batch.prof.is_none()
+            && self
+                .run_ahead
+                .unwrap_or_else(|| !super::wait::cores_shared());
         let mut a = match self.spare.take() {
             Some(mut a) => {
                 a.batch = batch;
@@ -197,8 +208,10 @@ impl Engine {
             None => Box::new(Active {
                 batch,
                 cursor: Vec::new(),
+                ahead,
             }),
         };
+        a.ahead = ahead;
         a.cursor.clear();
         a.cursor.resize(channels, (0, 0, 0));
         self.active = Some(a);
@@ -233,15 +246,7 @@ impl Engine {
         };
         let mut finished = true;
         let mut sliced = false;
-        // Running ahead fills a link direction that would idle; when ranks share
-        // cores the CPU is the bottleneck instead, and data sent early only waits
-        // in the socket and leaves the cache (4 ranks on 2 CPUs measured 10-25 %
-        // slower at 4-8 MiB with it).
-        let ahead_allowed = self.dev.is_none()
-            && a.batch.prof.is_none()
-            && self
-                .run_ahead
-                .unwrap_or_else(|| !super::wait::cores_shared());
+        let ahead_allowed = a.ahead;
         for ch in 0..a.batch.channels.len() {
             while let Some(step) = a.batch.channels[ch].get(a.cursor[ch].0) {
                 let (pi, si, ahead) = a.cursor[ch];

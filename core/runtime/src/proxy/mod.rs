@@ -4,8 +4,9 @@
 //! [`fifo`](super::fifo)) of every connection with work (`engine/busy.rs`), and
 //! (2) advances the active batch's primitives slice by slice: a slice is processed
 //! when every receive link has a ready slot and every send link a free one, exactly
-//! the head/tail handshake NCCL's kernel and proxy do through `NCCL_STEPS` slots. Operations of a batch (a group) run one after another
-//! per channel; channels run side by side.
+//! the head/tail handshake NCCL's kernel and proxy do through `NCCL_STEPS` slots.
+//! Operations of a batch (a group) run one after another per channel; channels run
+//! side by side.
 //!
 //! Operations block, so the thread that submits a batch runs the passes itself
 //! until the batch is done (MPI libraries progress inside `MPI_Wait` the same way):
@@ -168,9 +169,10 @@ impl Proxy {
     }
 
     /// Runs a batch to completion on the calling thread and hands its steps and its
-    /// emptied operation list back (for the next identical batch). After `timeout` the communicator is aborted
-    /// and the call fails; the engine never keeps a pointer to the batch's buffers
-    /// after this returns.
+    /// emptied operation list back (for the next identical batch). Once the batch has
+    /// waited `timeout` (counted from its first pass without progress) the
+    /// communicator is aborted and the call fails; the engine never keeps a pointer
+    /// to the batch's buffers after this returns.
     pub fn run(&self, batch: Batch, timeout: Duration) -> Result<(Vec<Vec<Step>>, Vec<OpRef>)> {
         let sh = &self.shared;
         if let Some(e) = sh.error() {

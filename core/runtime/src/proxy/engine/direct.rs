@@ -86,7 +86,8 @@ impl Engine {
                     // the batch ends only after its sends from it completed and
                     // `release_direct` deregistered it.
                     match unsafe { c.register_user(base, cap) } {
-                        Ok(_) => Busy::mark(&mut self.busy.direct_sends, l),
+                        Ok(true) => Busy::mark(&mut self.busy.direct_sends, l),
+                        Ok(false) => {}
                         Err(e) => refused(&e),
                     }
                 }
