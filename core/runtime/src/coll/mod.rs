@@ -14,6 +14,8 @@ use super::comm::Comm;
 use super::error::{Error, Result};
 use super::op::UserBufs;
 use super::tune::Decision;
+use few::Few;
+pub use few::{Decisions, DecisionsIter};
 
 /// Bytes the runtime copied while running primitives, by copy site (process-wide):
 /// snapshot [`copy_counts`] before and after an operation and subtract
@@ -47,7 +49,7 @@ struct Desc {
 /// A group of collectives run together (`ncclGroupStart` … `ncclGroupEnd`).
 pub struct CollGroup<'c, 'b> {
     comm: &'c Comm,
-    ops: Vec<Desc>,
+    ops: Few<Desc>,
     _bufs: std::marker::PhantomData<&'b mut [u8]>,
     error: Option<Error>,
 }
@@ -62,7 +64,7 @@ impl<'c, 'b> CollGroup<'c, 'b> {
     pub(crate) fn new(comm: &'c Comm) -> Self {
         Self {
             comm,
-            ops: Vec::new(),
+            ops: Few::default(),
             _bufs: std::marker::PhantomData,
             error: None,
         }
@@ -421,12 +423,13 @@ impl Comm {
     }
 }
 
+mod few;
 mod pat;
 mod run;
 
 pub use run::step_reuses;
 
-fn one(r: Result<Vec<Decision>>) -> Result<Decision> {
+fn one(r: Result<Decisions>) -> Result<Decision> {
     r?.into_iter()
         .next()
         .ok_or_else(|| Error::internal("empty group"))

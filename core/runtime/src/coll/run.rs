@@ -8,7 +8,7 @@ use cclkit_abi::raw::common::{Algorithm, Func, RedOp};
 use cclkit_host::profiler::EventHandle;
 
 use super::pat;
-use super::{CollGroup, Desc, elem};
+use super::{CollGroup, Decisions, Desc, Few, elem};
 use crate::comm::{Comm, StepCache, StepKey};
 use crate::error::{Error, Result};
 use crate::op::OpRef;
@@ -30,7 +30,7 @@ pub fn step_reuses() -> u64 {
 impl CollGroup<'_, '_> {
     /// Runs the group; returns the decision each collective ran with (p2p-based ones
     /// report Ring/Simple).
-    pub fn run(self) -> Result<Vec<Decision>> {
+    pub fn run(self) -> Result<Decisions> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -48,7 +48,7 @@ impl CollGroup<'_, '_> {
         }
         // Every collective is decided once, in order, before any runs (a tuner
         // plugin sees each call once, as under NCCL).
-        let mut decisions = Vec::with_capacity(self.ops.len());
+        let mut decisions = Few::default();
         for d in &self.ops {
             decisions.push(if is_p2p(d.func) {
                 P2P_DECISION
@@ -80,7 +80,7 @@ impl CollGroup<'_, '_> {
             self.plan_and_run(&decisions, one_batch, prof.as_mut())?;
         }
         drop(prof);
-        Ok(decisions)
+        Ok(Decisions(decisions))
     }
 
     /// Reruns the steps of an identical earlier group with this group's buffers.
@@ -91,9 +91,8 @@ impl CollGroup<'_, '_> {
         mut prof: Option<&mut GroupEvents>,
     ) -> Result<()> {
         let comm = self.comm;
-        if !cache.peers.is_empty() {
-            comm.ensure_p2p(&cache.peers, &cache.peers)?;
-        }
+        // No `ensure_p2p` here: the group that planned these steps connected their
+        // PAT peers, and p2p links stay for the communicator's life.
         let mut ops = std::mem::take(&mut cache.ops);
         ops.clear();
         // Profiler events per operation; none (and no allocation) without one.
@@ -135,8 +134,6 @@ impl CollGroup<'_, '_> {
         let n = comm.nranks();
         let shape = comm.shape();
         let mut tasks: Vec<EventHandle> = Vec::new();
-        // Peers of the PAT schedules (kept with the steps).
-        let mut pat_peers = Vec::new();
         // Runs of consecutive ops with one protocol (and kind) become one batch.
         let mut pending: Vec<(Plan, OpRef)> = Vec::new();
         let mut pending_key = None;
@@ -179,7 +176,6 @@ impl CollGroup<'_, '_> {
                             }
                         };
                         comm.ensure_p2p(&peers, &peers)?;
-                        pat_peers.extend_from_slice(&peers);
                         extra = Some(vec![rest]);
                         vec![first]
                     }
@@ -227,7 +223,6 @@ impl CollGroup<'_, '_> {
                         .map(|(d, dec)| step_key(d, dec))
                         .collect(),
                     channels,
-                    peers: pat_peers,
                     ops,
                 });
             }

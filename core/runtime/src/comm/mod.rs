@@ -58,9 +58,6 @@ pub(crate) struct StepCache {
     pub keys: Vec<StepKey>,
     /// The batch's steps per channel.
     pub channels: Vec<Vec<Step>>,
-    /// Peers the group's PAT schedules exchange with (their links are checked
-    /// before every run).
-    pub peers: Vec<usize>,
     /// The last run's operation list, emptied: the next run fills it without
     /// allocating.
     pub ops: Vec<OpRef>,

@@ -151,16 +151,24 @@ pub struct Tuning {
     algo_env: Option<String>,
     proto_env: Option<String>,
     strict: bool,
-    records: Mutex<report::Records>,
+    /// The report, and the last decision made without a tuner plugin: one lock
+    /// per call decides a repeated collective and counts it.
+    decided: Mutex<Decided>,
     fallbacks: Mutex<u64>,
     /// The communicator's buffers are in host memory (smaller Simple chunks).
     host_memory: bool,
     /// The last cost table computed, with its (collective, bytes, channels).
     last_table: Mutex<Option<(Func, usize, usize, CostTable)>>,
+}
+
+/// What [`Tuning::decide`] keeps between calls.
+#[derive(Default)]
+struct Decided {
+    records: report::Records,
     /// Without a tuner plugin: the last decision, with its (collective, bytes,
     /// channel limit). The model and the protocol sizes are fixed for a
     /// communicator, so a repeated call decides the same.
-    last_decision: Mutex<Option<(Func, usize, usize, Decision)>>,
+    last: Option<(Func, usize, usize, Decision)>,
 }
 
 impl Tuning {
@@ -178,11 +186,10 @@ impl Tuning {
             algo_env: None,
             proto_env: None,
             strict,
-            records: Mutex::new(report::Records::default()),
+            decided: Mutex::new(Decided::default()),
             fallbacks: Mutex::new(0),
             host_memory: true,
             last_table: Mutex::new(None),
-            last_decision: Mutex::new(None),
         }
     }
 
@@ -190,10 +197,7 @@ impl Tuning {
     /// Simple chunks are then capped (see [`ProtoParams::chunk_on`]).
     pub fn buffers_on_host(&mut self, host: bool) {
         self.host_memory = host;
-        *self
-            .last_decision
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner()) = None;
+        self.decided_mut().last = None;
     }
 
     /// Overrides `NCCL_ALGO` / `NCCL_PROTO` (tests and tools).
@@ -201,10 +205,7 @@ impl Tuning {
         self.algo_env = algo;
         self.proto_env = proto;
         *self.last_table.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
-        *self
-            .last_decision
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner()) = None;
+        self.decided_mut().last = None;
     }
 
     /// [`table`](Self::table), computed again only when (collective, bytes,
@@ -379,11 +380,11 @@ impl Tuning {
         params: &dyn Fn(Protocol) -> ProtoParams,
     ) -> Result<Decision> {
         if self.tuner.is_none() {
-            let last = *self.last_decision.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((f, b, c, d)) = last
+            let mut decided = self.decided();
+            if let Some((f, b, c, d)) = decided.last
                 && (f, b, c) == (func, bytes, max_channels)
             {
-                self.record(func, bytes, d);
+                decided.records.record(func, bytes, d);
                 return Ok(d);
             }
         }
@@ -478,20 +479,20 @@ impl Tuning {
             chunk,
             source,
         };
+        let mut decided = self.decided();
         if self.tuner.is_none() {
-            *self.last_decision.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some((func, bytes, max_channels, d));
+            decided.last = Some((func, bytes, max_channels, d));
         }
-        self.record(func, bytes, d);
+        decided.records.record(func, bytes, d);
         Ok(d)
     }
 
-    /// Counts `d` in the report.
-    fn record(&self, func: Func, bytes: usize, d: Decision) {
-        self.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(func, bytes, d);
+    fn decided(&self) -> std::sync::MutexGuard<'_, Decided> {
+        self.decided.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn decided_mut(&mut self) -> &mut Decided {
+        self.decided.get_mut().unwrap_or_else(|p| p.into_inner())
     }
 
     fn fallback(&self, why: String) -> Result<Source> {
@@ -511,10 +512,7 @@ impl Tuning {
     /// Every distinct decision with its call count and exact size range (see
     /// [`report`]).
     pub fn entries(&self) -> Vec<ReportEntry> {
-        self.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entries()
+        self.decided().records.entries()
     }
 
     /// [`entries`](Self::entries) as `(collective, smallest size, decision, calls)`.
@@ -530,8 +528,8 @@ impl Tuning {
         let tuner = self
             .tuner_name()
             .unwrap_or_else(|| "built-in cost model".into());
-        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        report::text(&tuner, self.fallbacks(), &records)
+        let fallbacks = self.fallbacks();
+        report::text(&tuner, fallbacks, &mut self.decided().records)
     }
 }
 

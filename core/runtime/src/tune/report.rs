@@ -35,29 +35,69 @@ pub struct ReportEntry {
 pub(super) struct Records {
     by_size: BTreeMap<(i32, usize), Vec<(Decision, u64)>>,
     /// Calls at sizes beyond [`MAX_SIZES`].
-    pub(super) unitemised: u64,
+    unitemised: u64,
+    /// The last call recorded, and whether it was itemised: a run of identical
+    /// calls (a benchmark or a training loop) is counted in `repeats` instead of
+    /// looking its size up again on every call.
+    last: Option<(i32, usize, Decision, bool)>,
+    /// Calls identical to `last` made since it was recorded.
+    repeats: u64,
 }
 
 impl Records {
     /// Counts one call.
     pub(super) fn record(&mut self, func: Func, bytes: usize, d: Decision) {
+        if let Some((f, b, x, _)) = self.last
+            && (f, b, x) == (func.0, bytes, d)
+        {
+            self.repeats += 1;
+            return;
+        }
+        self.settle();
+        let itemised = self.itemise(func.0, bytes, d, 1);
+        self.last = Some((func.0, bytes, d, itemised));
+    }
+
+    /// Adds `n` calls to (collective, size, decision); false when the size found
+    /// no room (counted in `unitemised` instead).
+    fn itemise(&mut self, f: i32, bytes: usize, d: Decision, n: u64) -> bool {
         let full = self.by_size.len() >= MAX_SIZES;
-        let slot = match self.by_size.get_mut(&(func.0, bytes)) {
+        let slot = match self.by_size.get_mut(&(f, bytes)) {
             Some(s) => s,
             None if full => {
-                self.unitemised += 1;
-                return;
+                self.unitemised += n;
+                return false;
             }
-            None => self.by_size.entry((func.0, bytes)).or_default(),
+            None => self.by_size.entry((f, bytes)).or_default(),
         };
         match slot.iter_mut().find(|(x, _)| *x == d) {
-            Some((_, n)) => *n += 1,
-            None => slot.push((d, 1)),
+            Some((_, c)) => *c += n,
+            None => slot.push((d, n)),
+        }
+        true
+    }
+
+    /// Moves the repeats of the last call into the tables.
+    fn settle(&mut self) {
+        let n = std::mem::take(&mut self.repeats);
+        match self.last {
+            Some((f, bytes, d, true)) if n > 0 => {
+                self.itemise(f, bytes, d, n);
+            }
+            Some((_, _, _, false)) => self.unitemised += n,
+            _ => {}
         }
     }
 
+    /// Calls at sizes beyond [`MAX_SIZES`].
+    pub(super) fn unitemised(&mut self) -> u64 {
+        self.settle();
+        self.unitemised
+    }
+
     /// The entries, by collective then smallest size.
-    pub(super) fn entries(&self) -> Vec<ReportEntry> {
+    pub(super) fn entries(&mut self) -> Vec<ReportEntry> {
+        self.settle();
         let mut out: Vec<ReportEntry> = Vec::new();
         // Entries that reached the previous recorded size of the same collective.
         let mut open: Vec<usize> = Vec::new();
@@ -95,7 +135,7 @@ impl Records {
 }
 
 /// The report as text: one line per entry.
-pub(super) fn text(tuner: &str, fallbacks: u64, records: &Records) -> String {
+pub(super) fn text(tuner: &str, fallbacks: u64, records: &mut Records) -> String {
     let mut s = format!(
         "# tuner report ({tuner}; {fallbacks} fallback(s))\n#  {:>13} {:>25} {:>6} {:>7} {:>4} {:>9} {:>8} {:>8}\n",
         "collective", "bytes", "algo", "proto", "nch", "chunk", "source", "calls"
@@ -119,10 +159,10 @@ pub(super) fn text(tuner: &str, fallbacks: u64, records: &Records) -> String {
             e.calls
         ));
     }
-    if records.unitemised > 0 {
+    let unitemised = records.unitemised();
+    if unitemised > 0 {
         s.push_str(&format!(
-            "#  {} call(s) at sizes beyond the first {MAX_SIZES} distinct ones are not itemised\n",
-            records.unitemised
+            "#  {unitemised} call(s) at sizes beyond the first {MAX_SIZES} distinct ones are not itemised\n"
         ));
     }
     s
@@ -200,7 +240,7 @@ mod tests {
         ];
         want.sort_by_key(|w| (w.0, w.3, w.4));
         assert_eq!(got, want);
-        let text = text("x", 0, &r);
+        let text = text("x", 0, &mut r);
         assert!(text.contains("88000-90000"), "{text}");
         assert!(text.contains("40000-65999"), "{text}");
     }
@@ -213,12 +253,22 @@ mod tests {
             r.record(Func::ALL_GATHER, b * 7 + 1, ring);
         }
         r.record(Func::ALL_GATHER, 1, ring);
-        assert_eq!(r.unitemised, 3);
+        assert_eq!(r.unitemised(), 3);
+        // Repeats of a call count where the call did, read at any time.
+        let beyond = (MAX_SIZES + 2) * 7 + 1;
+        for _ in 0..4 {
+            r.record(Func::ALL_GATHER, beyond, ring);
+        }
+        assert_eq!(r.unitemised(), 7);
+        for _ in 0..5 {
+            r.record(Func::ALL_GATHER, 1, ring);
+        }
         let e = r.entries();
         assert_eq!(e.len(), 1);
         assert_eq!(
             (e[0].calls, e[0].min_bytes, e[0].max_bytes),
-            (MAX_SIZES as u64 + 1, 1, (MAX_SIZES - 1) * 7 + 1)
+            (MAX_SIZES as u64 + 6, 1, (MAX_SIZES - 1) * 7 + 1)
         );
+        assert_eq!(r.unitemised(), 7);
     }
 }
