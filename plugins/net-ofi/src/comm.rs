@@ -18,7 +18,7 @@ use cclkit_abi::{Error, Result, nccl_warn};
 
 use crate::device::Device;
 use crate::engine::{OpId, Poll};
-use crate::proto::{ACCEPT_LEN, AcceptMsg, CONNECT_LEN, ConnectMsg, ListenHandle};
+use crate::proto::{ACCEPT_LEN, AcceptMsg, BUNDLE_UNIT, CONNECT_LEN, ConnectMsg, ListenHandle};
 use crate::tags::{Ctrl, Seqs};
 
 /// A listening comm: the posted receive for connect requests.
@@ -136,10 +136,22 @@ pub fn accept(l: &mut Listen) -> Result<Option<RecvComm>> {
     let peer = e.peer(&msg.addr)?;
     let comm_id = e.alloc_data_id()?;
     let conn = e.add_conn(peer, msg.proc_id, Some(comm_id));
+    let mut bundle_bytes = l.dev.bundle_bytes / BUNDLE_UNIT * BUNDLE_UNIT;
+    if bundle_bytes > 0 {
+        match e.enable_bundle_rx(conn, comm_id, bundle_bytes) {
+            Ok(true) => {}
+            Ok(false) => bundle_bytes = 0,
+            Err(err) => {
+                e.close_conn(conn);
+                return Err(err.context("NET/OFI accept: posting bundle receives"));
+            }
+        }
+    }
     let reply = AcceptMsg {
         nonce: l.nonce,
         comm_id,
         proc_id: e.me(),
+        bundle_bytes,
     };
     if let Err(err) = e.send_ctrl_detached(peer, Ctrl::Accept, msg.reply_id, reply.encode()) {
         e.close_conn(conn);
@@ -210,6 +222,11 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
         .filter(|r| r.nonce == pending.nonce)
         .ok_or_else(|| Error::remote("NET/OFI connect: malformed reply from the listener"))?;
     let conn = e.add_conn(pending.peer, reply.proc_id, None);
+    e.enable_bundle_tx(
+        conn,
+        reply.comm_id,
+        dev.bundle_bytes.min(reply.bundle_bytes),
+    );
     drop(e);
     // `pending` drops here, returning its control id; the connection stands alone.
     drop(pending);

@@ -40,7 +40,16 @@ pub struct Config {
     pub register_host: bool,
     /// Offer CUDA/DMABUF when the provider has `FI_HMEM`.
     pub gdr: bool,
+    /// Bundle size in bytes (`CCLKIT_OFI_BUNDLE_BYTES`, 0 = off); `None` = by provider
+    /// (see [`Config::bundle_bytes_for`]).
+    pub bundle_bytes: Option<usize>,
 }
+
+/// Bundle size on socket-based providers when `CCLKIT_OFI_BUNDLE_BYTES` is unset:
+/// what `ofi_rxm` sends eagerly in one message (its 16 KiB buffer, less its header
+/// and a margin), so a bundle costs one `sendmsg`.
+const RXM_BUFFER: usize = 16384;
+const RXM_MARGIN: usize = 256;
 
 const KNOWN: &[&str] = &[
     "CCLKIT_OFI_PROVIDER",
@@ -52,6 +61,7 @@ const KNOWN: &[&str] = &[
     "CCLKIT_OFI_MR_CACHE",
     "CCLKIT_OFI_REGISTER_HOST",
     "CCLKIT_OFI_GDR",
+    "CCLKIT_OFI_BUNDLE_BYTES",
 ];
 
 fn list(value: &str) -> Option<Vec<String>> {
@@ -100,6 +110,11 @@ impl Config {
         let liveness_proc = flag("CCLKIT_OFI_LIVENESS_PROC", true)?;
         let register_host = flag("CCLKIT_OFI_REGISTER_HOST", false)?;
         let gdr = flag("CCLKIT_OFI_GDR", true)?;
+        let bundle_bytes = match get("CCLKIT_OFI_BUNDLE_BYTES") {
+            Some(v) if v.trim() == "0" => Some(0),
+            Some(v) => Some(number("CCLKIT_OFI_BUNDLE_BYTES", &v, 1024..=(4 << 20))? as usize),
+            None => None,
+        };
         Ok(Self {
             providers: get("CCLKIT_OFI_PROVIDER").as_deref().and_then(list),
             ifaces: get("CCLKIT_OFI_IFACE").as_deref().and_then(list),
@@ -112,7 +127,28 @@ impl Config {
             mr_cache,
             register_host,
             gdr,
+            bundle_bytes,
         })
+    }
+
+    /// The bundle size for `provider`: the setting, else on for providers that
+    /// put every message on a kernel socket (`tcp`, `sockets`), where a message's
+    /// system call costs more than copying it; off for the others (`shm` copies
+    /// anyway, NICs post from user space). Sized to `ofi_rxm`'s eager buffer
+    /// (`FI_OFI_RXM_BUFFER_SIZE` when set).
+    pub fn bundle_bytes_for(&self, provider: &str) -> usize {
+        if let Some(n) = self.bundle_bytes {
+            return n;
+        }
+        let sockets = provider.split(';').any(|p| p == "tcp" || p == "sockets");
+        if !sockets {
+            return 0;
+        }
+        let rxm = std::env::var("FI_OFI_RXM_BUFFER_SIZE")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(RXM_BUFFER);
+        rxm.saturating_sub(RXM_MARGIN).max(1024)
     }
 
     /// Reads the process environment and warns about unknown `CCLKIT_OFI_*` names.
@@ -151,6 +187,28 @@ mod tests {
         assert!(c.liveness_proc);
         assert!(!c.register_host);
         assert!(c.gdr);
+        assert_eq!(c.bundle_bytes, None);
+        assert!(c.bundle_bytes_for("tcp;ofi_rxm") >= 1024);
+        assert_eq!(c.bundle_bytes_for("shm"), 0);
+        assert_eq!(c.bundle_bytes_for("efa"), 0);
+    }
+
+    #[test]
+    fn bundle_setting() {
+        assert_eq!(
+            cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "0")])
+                .unwrap()
+                .bundle_bytes_for("tcp;ofi_rxm"),
+            0
+        );
+        assert_eq!(
+            cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "8192")])
+                .unwrap()
+                .bundle_bytes_for("shm"),
+            8192
+        );
+        assert!(cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "100")]).is_err());
+        assert!(cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "lots")]).is_err());
     }
 
     #[test]

@@ -141,8 +141,10 @@ pub fn isend(
     }
     let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
     let tag64 = e.layout().data(comm.comm_id, comm.seqs.next(tag), tag);
+    // Bundles exist only on devices that offer NCCL host memory alone.
+    let host = dev.bundle_bytes > 0;
     // SAFETY: NCCL keeps `buf` valid until the request completes; `desc` covers it.
-    let op = match unsafe { e.send(comm.conn, buf.as_ptr(), buf.len(), desc, tag64) } {
+    let op = match unsafe { e.send_data(comm.conn, buf.as_ptr(), buf.len(), desc, tag64, host) } {
         Ok(op) => op,
         Err(err) => {
             e.mrs.release(temp);
@@ -200,7 +202,7 @@ pub fn irecv(comm: &mut RecvComm, bufs: &[RecvBuf<'_, OfiMr>]) -> Result<Option<
             r.temp_mrs[i] = temp;
             let tag64 = e.layout().data(comm.comm_id, comm.seqs.next(b.tag), b.tag);
             // SAFETY: NCCL keeps each buffer valid until the request completes.
-            unsafe { e.recv(comm.conn, b.buf.as_ptr(), b.buf.len(), desc, tag64) }
+            unsafe { e.recv_data(comm.conn, b.buf.as_ptr(), b.buf.len(), desc, tag64) }
         });
         match posted {
             Ok(op) => {

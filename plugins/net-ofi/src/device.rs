@@ -26,16 +26,20 @@ pub struct Device {
     pub addr: Vec<u8>,
     /// Largest grouped receive.
     pub max_recvs: usize,
+    /// Bundle size of this device's connections (`bundle.rs`); 0 = none.
+    pub bundle_bytes: usize,
     engine: Mutex<Engine>,
 }
 
 impl Device {
     /// Opens fabric, domain, CQ, AV and endpoint for `desc`.
+    /// `bundle_bytes`: the bundle size for its connections (0 = no bundles).
     pub fn open(
         index: usize,
         provider: &str,
         desc: &DeviceDesc,
         cfg: &Config,
+        bundle_bytes: usize,
     ) -> Result<Arc<Self>> {
         let ctx = |e: crate::fabric::FiError| {
             Error::system(format!(
@@ -55,7 +59,7 @@ impl Device {
             interval: (cfg.liveness_ms > 0).then(|| Duration::from_millis(cfg.liveness_ms)),
             proc_check: cfg.liveness_proc,
         };
-        let engine = Engine::new(
+        let mut engine = Engine::new(
             ep,
             cq,
             av,
@@ -72,12 +76,20 @@ impl Device {
             desc.layout,
             liveness,
         )?;
+        engine.set_bundle_rx_budget(desc.rx_size);
         nccl_info!(
             subsys::NET | subsys::INIT,
-            "NET/OFI: opened device {index} ({provider} {}), address {} bytes, mr_mode {:#x}",
+            "NET/OFI: opened device {index} ({provider} {}), address {} bytes, mr_mode {:#x}, \
+             receive queue {}, bundles {}",
             desc.name,
             addr.len(),
-            desc.mr_mode
+            desc.mr_mode,
+            desc.rx_size,
+            if bundle_bytes > 0 {
+                format!("of up to {bundle_bytes} bytes")
+            } else {
+                "off".to_owned()
+            }
         );
         Ok(Arc::new(Self {
             index,
@@ -85,6 +97,7 @@ impl Device {
             fingerprint: provider_fingerprint(provider),
             addr,
             max_recvs: cfg.max_recvs,
+            bundle_bytes,
             engine: Mutex::new(engine),
         }))
     }

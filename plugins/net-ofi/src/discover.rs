@@ -49,6 +49,8 @@ pub struct DeviceDesc {
     pub mr_mode: u32,
     /// Largest message.
     pub max_msg_size: usize,
+    /// Receives the endpoint can have posted at once.
+    pub rx_size: usize,
     /// `/sys/bus/pci/devices/…` of the NIC, when known.
     pub pci_path: Option<String>,
     /// Link speed in Mbps, when the provider reports it.
@@ -232,6 +234,7 @@ fn devices_of(
             layout,
             mr_mode: i.mr_mode(),
             max_msg_size: i.max_msg_size(),
+            rx_size: i.rx_size(),
             pci_path: pci_path(i, &name),
             speed_mbps: i
                 .link_speed_bps()

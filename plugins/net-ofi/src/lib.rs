@@ -21,6 +21,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod bundle;
 pub mod comm;
 pub mod config;
 pub mod cuda;
@@ -38,6 +39,7 @@ pub mod proto;
 pub mod sys;
 pub mod tags;
 
+pub use engine::{BundleCounts, bundle_counts};
 pub use net::OfiNet;
 
 cclkit_abi::export_net!(OfiNet);

@@ -58,7 +58,15 @@ impl OfiNet {
         if let Some(d) = slot {
             return Ok(Arc::clone(d));
         }
-        let d = Device::open(dev, &self.provider, &self.descs[dev], &self.cfg)?;
+        let desc = &self.descs[dev];
+        // Bundles copy on the host: never on a device NCCL may hand GPU memory; and
+        // their standing receives must leave the provider's receive queue room.
+        let bundles = if self.gpu_direct(desc) || desc.rx_size < crate::engine::MIN_RX_SIZE {
+            0
+        } else {
+            self.cfg.bundle_bytes_for(&self.provider)
+        };
+        let d = Device::open(dev, &self.provider, desc, &self.cfg, bundles)?;
         *slot = Some(Arc::clone(&d));
         Ok(d)
     }

@@ -153,7 +153,13 @@ pub struct AcceptMsg {
     pub comm_id: u16,
     /// The accepting process.
     pub proc_id: ProcId,
+    /// Largest bundle the receive comm takes (`bundle.rs`), a multiple of
+    /// [`BUNDLE_UNIT`]; 0 = none (also what a peer without bundles sends).
+    pub bundle_bytes: usize,
 }
+
+/// Bundle sizes travel in units of this many bytes.
+pub const BUNDLE_UNIT: usize = 256;
 
 impl AcceptMsg {
     /// Encodes into `ACCEPT_LEN` bytes.
@@ -162,6 +168,8 @@ impl AcceptMsg {
         b[0..8].copy_from_slice(&ACCEPT_MAGIC.to_le_bytes());
         b[8..16].copy_from_slice(&self.nonce.to_le_bytes());
         b[16..18].copy_from_slice(&self.comm_id.to_le_bytes());
+        let units = (self.bundle_bytes / BUNDLE_UNIT).min(usize::from(u16::MAX)) as u16;
+        b[18..20].copy_from_slice(&units.to_le_bytes());
         b[20..48].copy_from_slice(&self.proc_id.encode());
         b
     }
@@ -175,6 +183,7 @@ impl AcceptMsg {
             nonce: u64_at(b, 8),
             comm_id: u16_at(b, 16),
             proc_id: proc_at(b, 20),
+            bundle_bytes: usize::from(u16_at(b, 18)) * BUNDLE_UNIT,
         })
     }
 }
@@ -225,8 +234,13 @@ mod tests {
             nonce: 7,
             comm_id: 42,
             proc_id: ProcId::current(),
+            bundle_bytes: 63 * BUNDLE_UNIT,
         };
         assert_eq!(AcceptMsg::decode(&a.encode()), Some(a));
+        // A reply from a peer without bundles (zero bytes there) offers none.
+        let mut old = a.encode();
+        old[18..20].fill(0);
+        assert_eq!(AcceptMsg::decode(&old).map(|m| m.bundle_bytes), Some(0));
         assert_eq!(AcceptMsg::decode(&b), None, "a connect is not an accept");
     }
 

@@ -28,6 +28,8 @@ pub enum Ctrl {
     Accept = 2,
     /// Liveness probe (zero bytes, any id).
     Ping = 3,
+    /// A bundle of small sends, to a receive comm's id (`bundle.rs`).
+    Bundle = 4,
 }
 
 /// How tags are laid out for a provider that matches `bits` tag bits.
@@ -54,6 +56,11 @@ impl TagLayout {
         (u64::from(comm) << (NCCL_TAG_BITS + self.seq_bits))
             | (seq << NCCL_TAG_BITS)
             | u64::from(tag as u32)
+    }
+
+    /// The comm id of a data tag; `None` for a control tag.
+    pub fn comm_of(&self, tag: u64) -> Option<u16> {
+        (tag & self.ctrl == 0).then(|| (tag >> (NCCL_TAG_BITS + self.seq_bits)) as u16)
     }
 
     /// Tag of a control message of `kind` to `id`.
@@ -100,6 +107,10 @@ mod tests {
         assert_ne!(l.data(1, 0, 7), l.data(1, 1, 7));
         assert_eq!(l.ctrl(Ctrl::Connect, 5), (1 << 63) | (1 << 16) | 5);
         assert_ne!(l.ctrl(Ctrl::Connect, 5), l.ctrl(Ctrl::Accept, 5));
+        assert_eq!(l.comm_of(l.data(0xbeef, 77, -3)), Some(0xbeef));
+        assert_eq!(l.comm_of(l.ctrl(Ctrl::Bundle, 0xbeef)), None);
+        let n = TagLayout::new(60).unwrap();
+        assert_eq!(n.comm_of(n.data(0xffff, u32::MAX, -1)), Some(0xffff));
     }
 
     #[test]

@@ -179,12 +179,15 @@ fn loopback(provider: &str, abi: &str, truncate: bool) {
     let seed = rand::random::<u32>().to_string();
     let mut args = vec!["loopback", abi, &seed];
     if truncate {
-        args.push("truncate");
+        // tcp: also the bundles, on by default there (bundles.rs of the peer).
+        args.extend(["truncate", "bundles"]);
     }
     let mut p = Peer::spawn("loopback", &args, &provider_env(provider));
     // `test` of an already completed request makes no CQ read (quiet.rs).
     p.expect("QUIET ok", Duration::from_secs(60));
     if truncate {
+        p.expect("BUNDLE TRUNCATED", Duration::from_secs(60));
+        p.expect("BUNDLES ok", Duration::from_secs(60));
         p.expect("TRUNCATED", Duration::from_secs(60));
     }
     p.finish(Duration::from_secs(60));

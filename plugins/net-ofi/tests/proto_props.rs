@@ -7,7 +7,7 @@
 use cclkit_abi::net::NetHandle;
 use cclkit_net_ofi::liveness::{PROC_ID_LEN, ProcId};
 use cclkit_net_ofi::proto::{
-    ACCEPT_LEN, AcceptMsg, CONNECT_LEN, ConnectMsg, HANDLE_ADDR_MAX, ListenHandle,
+    ACCEPT_LEN, AcceptMsg, BUNDLE_UNIT, CONNECT_LEN, ConnectMsg, HANDLE_ADDR_MAX, ListenHandle,
 };
 use cclkit_tests::props::{PeakAlloc, Rng, assert_probe_armed, handle_of, peak_alloc};
 
@@ -59,6 +59,7 @@ fn valid_messages_round_trip() {
             nonce: rng.next(),
             comm_id: rng.next() as u16,
             proc_id: proc_id(&mut rng),
+            bundle_bytes: (rng.next() as u16 as usize) * BUNDLE_UNIT,
         };
         assert_eq!(AcceptMsg::decode(&a.encode()), Some(a), "case {case}");
     }

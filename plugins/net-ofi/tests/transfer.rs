@@ -1,7 +1,8 @@
 //! Two-process transfers through the exported v8 and v12 tables, on the
 //! `tcp;ofi_rxm` (bound to loopback) and `shm` providers: random data at sizes
 //! 0, 1, 7, 4095, 64 KiB + 3 and 4 MiB + 5, 32 requests in flight, then grouped
-//! receives (distinct tags out of order, repeated tags).
+//! receives (distinct tags out of order, repeated tags); with bundles of small
+//! sends (on by default over tcp) and without.
 
 mod common;
 
@@ -35,6 +36,28 @@ fn transfer_with(
         dev.contains("maxRecvs 8"),
         "grouped receives were not exercised: {dev}"
     );
+    // Bundles (src/bundle.rs): on by default over tcp, off on shm and when set to 0.
+    let mut s = s;
+    let sent = s.expect("BUNDLED ", t);
+    let bundled: u64 = sent
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unreadable bundle count: {sent}"));
+    let setting = extra.iter().find(|(k, _)| *k == "CCLKIT_OFI_BUNDLE_BYTES");
+    // A receive queue under 64 entries (FI_OFI_RXM_RX_SIZE) leaves no room for them.
+    let small_queue = extra
+        .iter()
+        .any(|(k, v)| *k == "FI_OFI_RXM_RX_SIZE" && v.parse::<usize>().is_ok_and(|n| n < 64));
+    let off = match setting {
+        Some((_, v)) => *v == "0",
+        None => provider == "shm" || small_queue,
+    };
+    if off {
+        assert_eq!(bundled, 0, "bundles were sent while off: {sent}");
+    } else {
+        assert!(bundled > 0, "no send was bundled: {sent}");
+    }
     let logs = [r.finish(t), s.finish(t)];
     if let Some(check) = check {
         check(&logs);
@@ -49,6 +72,23 @@ fn tcp_v12() {
 #[test]
 fn tcp_v8() {
     transfer("tcp;ofi_rxm", "8");
+}
+
+/// Every send on its own (no bundles), as on providers without them.
+#[test]
+fn tcp_v12_without_bundles() {
+    transfer_with(
+        "tcp;ofi_rxm",
+        "12",
+        &[("CCLKIT_OFI_BUNDLE_BYTES", "0")],
+        None,
+    );
+}
+
+/// Bundles on shm too, when asked for (off by default there).
+#[test]
+fn shm_v12_with_bundles() {
+    transfer_with("shm", "12", &[("CCLKIT_OFI_BUNDLE_BYTES", "12288")], None);
 }
 
 #[test]
@@ -86,8 +126,38 @@ fn shm_v8_registered_without_cache() {
     );
 }
 
+/// A tiny send queue (4 entries under 32 requests in flight) makes sends and
+/// bundles fail with -FI_EAGAIN; they must wait in the backlog and arrive intact.
+#[test]
+fn tcp_v12_full_send_queue_with_bundles() {
+    transfer_with(
+        "tcp;ofi_rxm",
+        "12",
+        &[("FI_OFI_RXM_TX_SIZE", "4"), ("NCCL_DEBUG", "INFO")],
+        Some(|logs| {
+            assert!(
+                waited(logs) > 0,
+                "no post hit -FI_EAGAIN:\n{}",
+                logs.join("\n")
+            )
+        }),
+    );
+}
+
+/// Posts that waited for -FI_EAGAIN, as both processes logged them.
+fn waited(logs: &[String; 2]) -> u64 {
+    logs.iter()
+        .flat_map(|l| l.lines())
+        .filter_map(|l| {
+            let head = &l[..l.find(" posts waited for -FI_EAGAIN")?];
+            head.rsplit(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
 /// Tiny provider queues (4 entries under 32 requests in flight) make posts fail
-/// with -FI_EAGAIN; they must wait in the backlog and still arrive intact.
+/// with -FI_EAGAIN; they must wait in the backlog and still arrive intact. (The
+/// receive queue is too small for bundles, which then stay off.)
 #[test]
 fn tcp_v12_full_queues() {
     transfer_with(
@@ -99,15 +169,11 @@ fn tcp_v12_full_queues() {
             ("NCCL_DEBUG", "INFO"),
         ],
         Some(|logs| {
-            let waited: u64 = logs
-                .iter()
-                .flat_map(|l| l.lines())
-                .filter_map(|l| {
-                    let head = &l[..l.find(" posts waited for -FI_EAGAIN")?];
-                    head.rsplit(' ').next()?.parse::<u64>().ok()
-                })
-                .sum();
-            assert!(waited > 0, "no post hit -FI_EAGAIN:\n{}", logs.join("\n"));
+            assert!(
+                waited(logs) > 0,
+                "no post hit -FI_EAGAIN:\n{}",
+                logs.join("\n")
+            )
         }),
     );
 }

@@ -11,13 +11,14 @@
 //! cclkit-ofi-peer transfer <8|12> <send|recv> <seed> <rounds>
 //! cclkit-ofi-peer death    <8|12> <victim|survivor>
 //! cclkit-ofi-peer idle     <8|12> <idler|waiter> <idle_ms>
-//! cclkit-ofi-peer loopback <8|12> <seed> [truncate]
+//! cclkit-ofi-peer loopback <8|12> <seed> [truncate] [bundles]
 //! cclkit-ofi-peer nodev
 //! cclkit-ofi-peer stream   <8|12> <send|recv> <size> <iters> <window>
 //! cclkit-ofi-peer mixed    <send|recv> <provider> <size> <count> <rounds>
 //! ```
 //! Exit status 0 = success; failures print `FAIL <reason>` and exit 1.
 
+mod bundles;
 mod flows;
 mod mixed;
 mod net;
@@ -62,7 +63,8 @@ fn run(args: &[String]) -> R<()> {
         Some("loopback") => scenarios::loopback(
             abi(args.get(1))?,
             num(args.get(2), "seed")?,
-            args.get(3).map(String::as_str) == Some("truncate"),
+            args[3..].iter().any(|a| a == "truncate"),
+            args[3..].iter().any(|a| a == "bundles"),
         ),
         Some("nodev") => scenarios::nodev(),
         Some("stream") => scenarios::stream(

@@ -94,12 +94,18 @@ pub fn transfer(abi: Abi, sender: bool, seed: u64, rounds: usize) -> R<()> {
         "DEVICE {} maxRecvs {} speed {} ptrSupport {}",
         props.name, props.max_recvs, props.speed, props.ptr_support
     ));
+    let b = cclkit_net_ofi::bundle_counts();
+    say(&format!(
+        "BUNDLED {} sends in {} bundles, {} early",
+        b.records, b.bundles, b.early
+    ));
     flows::close(link)
 }
 
 /// One process connected to itself: both directions at once, a truncated
-/// receive, MR re-registration, and closing comms with requests in flight.
-pub fn loopback(abi: Abi, seed: u64, truncate: bool) -> R<()> {
+/// receive, MR re-registration, bundles (`bundles.rs`), and closing comms with
+/// requests in flight.
+pub fn loopback(abi: Abi, seed: u64, truncate: bool, bundles: bool) -> R<()> {
     // Buffers a request may still use when the comms close live past `flows::close`.
     let (mut big, mut small) = (vec![7u8; 10_000], vec![0u8; 100]);
     let mut pending = vec![0u8; 4096];
@@ -120,6 +126,10 @@ pub fn loopback(abi: Abi, seed: u64, truncate: bool) -> R<()> {
     l.send.dereg_mr(a).map_err(err)?;
     l.recv.dereg_mr(b).map_err(err)?;
 
+    // Before the truncation, which breaks a tcp connection for good.
+    if bundles {
+        crate::bundles::check(&mut l, seed)?;
+    }
     if truncate {
         truncation(&mut l, &mut big, &mut small)?;
     }

@@ -32,6 +32,10 @@ pub struct Conn {
     pub(super) ping_sent: Instant,
     pub(super) last_progress: Instant,
     pub(super) next_check: Instant,
+    /// Sending side's bundles (`bundle.rs`), when the receiver takes them.
+    pub(super) tx: Option<super::bundle::Tx>,
+    /// Receiving side's bundles, when this receive comm takes them.
+    pub(super) rx: Option<super::bundle::Rx>,
 }
 
 /// A pool of 16-bit ids handed out round-robin, so a freed id is reused last.
@@ -105,6 +109,8 @@ impl Engine {
                 ping_sent: now,
                 last_progress: now,
                 next_check: now,
+                tx: None,
+                rx: None,
             },
         );
         key
@@ -126,6 +132,10 @@ impl Engine {
     /// Closes a connection: pending receives are cancelled and its comm id is
     /// reused only once they are gone.
     pub fn close_conn(&mut self, key: u64) {
+        if !self.conns.contains_key(&key) {
+            return;
+        }
+        self.drop_bundle(key);
         let Some(c) = self.conns.get_mut(&key) else {
             return;
         };
@@ -156,6 +166,7 @@ impl Engine {
             if let Some(id) = c.data_id {
                 self.data_ids.free(id);
             }
+            self.bundle_rx_retired(c.rx);
         }
     }
 

@@ -83,7 +83,7 @@ impl Engine {
 
     /// Descriptor for a control buffer owned by slot `op` (FI_MR_LOCAL providers
     /// need one); the registration is released with the slot.
-    fn ctrl_desc(&mut self, op: OpId, buf: usize, len: usize) -> Result<usize> {
+    pub(super) fn ctrl_desc(&mut self, op: OpId, buf: usize, len: usize) -> Result<usize> {
         if len == 0 || !self.mrs.host_needs_mr() {
             return Ok(0);
         }

@@ -21,10 +21,12 @@ use crate::mr::MrCache;
 use crate::sys;
 use crate::tags::TagLayout;
 
+mod bundle;
 mod conns;
 mod ctrl;
 mod progress;
 
+pub use bundle::{BundleCounts, MIN_RX_SIZE, RX_BUFFERS, bundle_counts};
 pub use conns::Conn;
 use conns::Ids;
 pub use progress::cq_reads;
@@ -50,6 +52,8 @@ pub enum Poll {
 #[derive(Debug)]
 enum State {
     Free,
+    /// A send copied into its connection's open bundle (`bundle.rs`).
+    Queued,
     Backlogged,
     Posted,
     Done(usize),
@@ -67,6 +71,10 @@ enum Owner {
     PingSink,
     /// A liveness ping of a connection.
     Ping,
+    /// A bundle of sends (`bundle.rs`): its buffer goes back to the connection.
+    BundleTx,
+    /// A posted bundle receive: its records are delivered on completion.
+    BundleRx,
 }
 
 /// Why an operation failed: the libfabric code and the message to report.
@@ -116,6 +124,11 @@ struct Slot {
     buf: Option<Box<[u8]>>,
     /// Registration of `buf` (0 = none), released with the slot.
     mr: u64,
+    /// Counted in its connection's in-flight sends until it completes.
+    data_send: bool,
+    /// A posted receive already filled from a bundle and withdrawn: its
+    /// completion (the cancellation) only frees the slot.
+    cancelling: bool,
 }
 
 /// Hasher for connection keys: the engine hands them out itself (a counter), so
@@ -166,6 +179,13 @@ pub struct Engine {
     slots: Vec<Box<Slot>>,
     free: Vec<u32>,
     backlog: VecDeque<(OpId, Post)>,
+    /// Connections with an open bundle (`bundle.rs`).
+    open_tx: Vec<u64>,
+    /// Connections with bundle receives waiting for room in the receive queue.
+    rx_unposted: Vec<u64>,
+    /// Standing bundle receives allowed, and taken, on this endpoint.
+    bundle_rx_budget: usize,
+    bundle_rx_standing: usize,
     /// Posts that had to wait in the backlog (reported when the device closes).
     pub backlogged: u64,
     peers: HashMap<Vec<u8>, u64>,
@@ -205,6 +225,10 @@ impl Engine {
             slots: Vec::new(),
             free: Vec::new(),
             backlog: VecDeque::new(),
+            open_tx: Vec::new(),
+            rx_unposted: Vec::new(),
+            bundle_rx_budget: 0,
+            bundle_rx_standing: 0,
             backlogged: 0,
             peers: HashMap::new(),
             conns: HashMap::default(),
@@ -251,6 +275,8 @@ impl Engine {
                     conn: None,
                     buf: None,
                     mr: 0,
+                    data_send: false,
+                    cancelling: false,
                 }));
                 i
             }
@@ -263,6 +289,8 @@ impl Engine {
         s.conn = conn;
         s.buf = buf;
         s.mr = 0;
+        s.data_send = false;
+        s.cancelling = false;
         if let (true, Some(c)) = (recv, conn.and_then(|k| self.conns.get_mut(&k))) {
             c.recvs += 1;
         }
@@ -287,10 +315,11 @@ impl Engine {
     }
 
     fn release(&mut self, idx: u32) {
-        let s = &mut self.slots[idx as usize];
-        if matches!(s.state, State::Free) {
+        if matches!(self.slots[idx as usize].state, State::Free) {
             return;
         }
+        self.end_send(idx);
+        let s = &mut self.slots[idx as usize];
         let (recv, conn, mr) = (s.recv, s.conn, s.mr);
         s.state = State::Free;
         s.buf = None;
@@ -459,8 +488,18 @@ impl Engine {
     /// (a posted receive is cancelled; a send completes unobserved).
     pub fn finish(&mut self, op: OpId) {
         let Some(s) = self.slot_mut(op) else { return };
+        let conn = s.conn;
+        if s.recv {
+            self.forget_waiter(conn, op);
+        }
+        let Some(s) = self.slot_mut(op) else { return };
         match s.state {
+            // Withdrawn from the provider: the slot waits for the cancellation.
+            State::Done(_) | State::Failed(_) if s.cancelling => s.owner = Owner::Orphan,
             State::Done(_) | State::Failed(_) => self.release(op.idx),
+            // Its bytes are in the open bundle, which still goes out (the receiver
+            // may wait for them); the slot is freed then.
+            State::Queued => s.owner = Owner::Orphan,
             State::Backlogged => {
                 self.backlog.retain(|(o, _)| *o != op);
                 self.release(op.idx);

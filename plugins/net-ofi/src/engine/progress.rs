@@ -41,6 +41,7 @@ impl Engine {
                 }
             }
         }
+        self.flush_bundles();
     }
 
     fn read_cq(&mut self) {
@@ -122,7 +123,36 @@ impl Engine {
 
     fn complete(&mut self, idx: u32, result: std::result::Result<usize, Failure>) {
         let s = &mut self.slots[idx as usize];
-        let (owner, conn) = (s.owner, s.conn);
+        if std::mem::replace(&mut s.cancelling, false) {
+            // A receive filled from a bundle: this is its withdrawal ending.
+            if s.owner == Owner::Orphan {
+                self.release(idx);
+            }
+            return;
+        }
+        self.end_send(idx);
+        let s = &self.slots[idx as usize];
+        let (owner, conn, op) = (
+            s.owner,
+            s.conn,
+            super::OpId {
+                idx,
+                generation: s.generation,
+            },
+        );
+        match owner {
+            Owner::BundleTx => {
+                let failure = result
+                    .err()
+                    .filter(|f| f.code != sys::FI_ECANCELED as i32)
+                    .map(|f| format!("sending a bundle failed: {}", f.msg));
+                return self.bundle_sent(idx, failure);
+            }
+            Owner::BundleRx => return self.bundle_arrived(idx, result.map_err(|f| f.msg)),
+            Owner::Caller if s.recv => self.forget_waiter(conn, op),
+            _ => {}
+        }
+        let s = &mut self.slots[idx as usize];
         s.state = match &result {
             Ok(n) => State::Done(*n),
             Err(f) => State::Failed(f.msg.clone()),
@@ -153,7 +183,7 @@ impl Engine {
             }
         }
         match owner {
-            Owner::Caller => {}
+            Owner::Caller | Owner::BundleTx | Owner::BundleRx => {}
             Owner::Orphan | Owner::Ping => self.release(idx),
             Owner::PingSink => {
                 self.release(idx);

@@ -288,6 +288,16 @@ impl<'a> InfoRef<'a> {
         unsafe { (*self.info().ep_attr).max_msg_size }
     }
 
+    /// Receives the endpoint can have posted at once (0 when not reported).
+    pub fn rx_size(&self) -> usize {
+        let rx = self.info().rx_attr;
+        if rx.is_null() {
+            return 0;
+        }
+        // SAFETY: non-NULL attributes filled by fi_getinfo.
+        unsafe { (*rx).size }
+    }
+
     /// Address format (`FI_SOCKADDR_IN`, `FI_ADDR_STR`, …).
     pub fn addr_format(&self) -> u32 {
         self.info().addr_format

@@ -1,0 +1,259 @@
+//! Bundles (`src/bundle.rs`) on a connection to this process: sends that complete
+//! before any receive is posted (their records wait at the receiver), records
+//! filling receives already posted, and a bundled send larger than its receive.
+//! Each check first makes sure the sends really travelled in bundles.
+
+use std::time::Instant;
+
+use cclkit_host::net::{RecvBuffer, Request};
+use cclkit_net_ofi::bundle_counts;
+
+use crate::flows::{self, Link, check_deadline, say, wait};
+use crate::net::{R, Side, err};
+use crate::pattern::{Rng, fill, first_mismatch};
+
+/// Odd sizes, all small enough to bundle; the first goes out on its own (nothing
+/// is in flight yet), the others queue behind it.
+const SIZES: [usize; 9] = [1, 7, 300, 1000, 0, 2049, 13, 4095, 5];
+const TAG: i32 = 5;
+
+/// Runs the checks; prints `BUNDLES ok`.
+pub fn check(l: &mut Link, seed: u64) -> R<()> {
+    early_records(l, seed)?;
+    posted_receives(l, seed ^ 0x5eed)?;
+    truncated(l)?;
+    say("BUNDLES ok");
+    Ok(())
+}
+
+fn payloads(seed: u64, first_id: u64) -> Vec<Vec<u8>> {
+    SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut b = vec![0u8; n];
+            fill(seed, first_id + i as u64, &mut b);
+            b
+        })
+        .collect()
+}
+
+/// Posts every send back to back (no completion is read in between, so all but
+/// the first are bundled) and drives them to completion.
+fn send_burst(l: &mut Link, data: &[Vec<u8>], tag: i32) -> R<()> {
+    let before = bundle_counts();
+    let mut reqs = Vec::new();
+    for d in data {
+        // SAFETY: `data` outlives the requests, which complete below.
+        let r = unsafe { l.send.isend(d.as_ptr(), d.len(), tag, None) }.map_err(err)?;
+        reqs.push(r.ok_or("isend not accepted")?);
+    }
+    for r in reqs {
+        wait(Side::Send(&mut l.send), r)?;
+    }
+    let now = bundle_counts();
+    let bundled = now.records - before.records;
+    if bundled != data.len() as u64 - 1 || now.bundles == before.bundles {
+        return Err(format!(
+            "{bundled} of {} sends went in {} bundle(s); expected all but the first",
+            data.len(),
+            now.bundles - before.bundles
+        ));
+    }
+    Ok(())
+}
+
+/// Receives one message per size of [`SIZES`] with `tag`, one by one into larger
+/// buffers, and checks each against its pattern.
+fn receive_each(l: &mut Link, seed: u64, first_id: u64, tag: i32) -> R<()> {
+    for (i, &want) in SIZES.iter().enumerate() {
+        let mut buf = vec![0xa5u8; 4096 + 64];
+        let one = RecvBuffer {
+            data: buf.as_mut_ptr(),
+            size: buf.len(),
+            tag,
+            mr: None,
+        };
+        // SAFETY: `buf` outlives the request (waited for right below).
+        let r = unsafe { l.recv.irecv(&[one], false) }
+            .map_err(err)?
+            .ok_or("irecv not accepted")?;
+        let sizes = wait(Side::Recv(&mut l.recv), r)?;
+        if sizes != [want] {
+            return Err(format!("message {i}: test reported {sizes:?}, sent {want}"));
+        }
+        if let Some(at) = first_mismatch(seed, first_id + i as u64, &buf[..want]) {
+            return Err(format!("message {i} ({want} bytes): wrong byte at {at}"));
+        }
+        if buf[want..].iter().any(|&b| b != 0xa5) {
+            return Err(format!("message {i}: bytes written past its {want}"));
+        }
+    }
+    Ok(())
+}
+
+/// Every send completes before its receive exists: the receiver must keep the
+/// records until the receives come, in order.
+fn early_records(l: &mut Link, seed: u64) -> R<()> {
+    let data = payloads(seed, 0);
+    let before = bundle_counts().early;
+    send_burst(l, &data, TAG)?;
+    // Let the bundle reach the receiving comm while no receive waits for it: a
+    // receive on another tag keeps the engine progressing meanwhile.
+    let mut probe = [0u8; 8];
+    let other = RecvBuffer {
+        data: probe.as_mut_ptr(),
+        size: probe.len(),
+        tag: TAG + 100,
+        mr: None,
+    };
+    // SAFETY: `probe` outlives the request, completed at the end of this function.
+    let mut pending = unsafe { l.recv.irecv(&[other], false) }
+        .map_err(err)?
+        .ok_or("irecv not accepted")?;
+    let until = Instant::now() + std::time::Duration::from_millis(200);
+    while Instant::now() < until {
+        if Side::Recv(&mut l.recv).test(&mut pending)?.is_some() {
+            return Err("a receive completed without a send".into());
+        }
+    }
+    let early = bundle_counts().early - before;
+    if early != data.len() as u64 - 1 {
+        return Err(format!(
+            "{early} records arrived before their receives; expected {}",
+            data.len() - 1
+        ));
+    }
+    receive_each(l, seed, 0, TAG)?;
+    finish_probe(l, pending)
+}
+
+/// Satisfies the other-tag receive with a send of its own.
+fn finish_probe(l: &mut Link, pending: Request) -> R<()> {
+    let b = [9u8; 8];
+    // SAFETY: `b` outlives the request, waited for right below.
+    let s = unsafe { l.send.isend(b.as_ptr(), b.len(), TAG + 100, None) }
+        .map_err(err)?
+        .ok_or("isend not accepted")?;
+    wait(Side::Send(&mut l.send), s)?;
+    let sizes = wait(Side::Recv(&mut l.recv), pending)?;
+    (sizes == [8])
+        .then_some(())
+        .ok_or(format!("probe got {sizes:?}"))
+}
+
+/// The receives are posted first: each record fills its receive and withdraws
+/// the receive's own post (which must never complete on its own later).
+fn posted_receives(l: &mut Link, seed: u64) -> R<()> {
+    let data = payloads(seed, 100);
+    let mut bufs: Vec<Vec<u8>> = (0..data.len()).map(|_| vec![0xa5u8; 4096 + 64]).collect();
+    let mut reqs = Vec::new();
+    for b in &mut bufs {
+        let one = RecvBuffer {
+            data: b.as_mut_ptr(),
+            size: b.len(),
+            tag: TAG + 1,
+            mr: None,
+        };
+        // SAFETY: `bufs` outlives the requests, all waited for below.
+        let r = unsafe { l.recv.irecv(&[one], false) }.map_err(err)?;
+        reqs.push(r.ok_or("irecv not accepted")?);
+    }
+    send_burst(l, &data, TAG + 1)?;
+    for (i, (r, b)) in reqs.into_iter().zip(&bufs).enumerate() {
+        let sizes = wait(Side::Recv(&mut l.recv), r)?;
+        let want = SIZES[i];
+        if sizes != [want] || first_mismatch(seed, 100 + i as u64, &b[..want]).is_some() {
+            return Err(format!("posted receive {i}: {sizes:?}, or wrong bytes"));
+        }
+        if b[want..].iter().any(|&x| x != 0xa5) {
+            return Err(format!("posted receive {i}: bytes written past its {want}"));
+        }
+    }
+    // Everything withdrawn stays withdrawn: a later exchange on the same tag
+    // lands where it should.
+    let mut rng = Rng::new(seed);
+    let n = 1 + rng.below(100);
+    let mut got = vec![0u8; 128];
+    let out: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+    let one = RecvBuffer {
+        data: got.as_mut_ptr(),
+        size: got.len(),
+        tag: TAG + 1,
+        mr: None,
+    };
+    // SAFETY: both buffers outlive their requests, waited for right below.
+    let (r, s) = unsafe {
+        (
+            l.recv.irecv(&[one], false).map_err(err)?,
+            l.send.isend(out.as_ptr(), n, TAG + 1, None).map_err(err)?,
+        )
+    };
+    wait(Side::Send(&mut l.send), s.ok_or("isend not accepted")?)?;
+    let sizes = wait(Side::Recv(&mut l.recv), r.ok_or("irecv not accepted")?)?;
+    if sizes != [n] || got[..n] != out[..] {
+        return Err(format!("after the bundles: got {sizes:?}"));
+    }
+    Ok(())
+}
+
+/// A bundled send larger than its receive fails that receive (only).
+fn truncated(l: &mut Link) -> R<()> {
+    let (lead, big) = ([1u8; 1], [2u8; 300]);
+    let before = bundle_counts();
+    // SAFETY: both buffers outlive the requests, waited for below.
+    let (a, b) = unsafe {
+        (
+            l.send.isend(lead.as_ptr(), 1, TAG + 2, None).map_err(err)?,
+            l.send
+                .isend(big.as_ptr(), big.len(), TAG + 3, None)
+                .map_err(err)?,
+        )
+    };
+    wait(Side::Send(&mut l.send), a.ok_or("isend not accepted")?)?;
+    wait(Side::Send(&mut l.send), b.ok_or("isend not accepted")?)?;
+    if bundle_counts().records == before.records {
+        return Err("the second send was not bundled".into());
+    }
+    let mut small = [0u8; 100];
+    let mut one = [0u8; 4];
+    let (x, y) = (
+        RecvBuffer {
+            data: one.as_mut_ptr(),
+            size: one.len(),
+            tag: TAG + 2,
+            mr: None,
+        },
+        RecvBuffer {
+            data: small.as_mut_ptr(),
+            size: small.len(),
+            tag: TAG + 3,
+            mr: None,
+        },
+    );
+    // SAFETY: the buffers outlive the requests, completed below.
+    let (rx, ry) = unsafe {
+        (
+            l.recv.irecv(&[x], false).map_err(err)?,
+            l.recv.irecv(&[y], false).map_err(err)?,
+        )
+    };
+    let sizes = wait(Side::Recv(&mut l.recv), rx.ok_or("irecv not accepted")?)?;
+    if sizes != [1] || one[0] != 1 {
+        return Err(format!("the lead message: {sizes:?}"));
+    }
+    let mut ry = ry.ok_or("irecv not accepted")?;
+    let deadline = Instant::now() + flows::WAIT;
+    let msg = loop {
+        match l.recv.test(&mut ry) {
+            Err(e) => break e.to_string(),
+            Ok(Some(sz)) => return Err(format!("a truncated bundled receive succeeded ({sz:?})")),
+            Ok(None) => check_deadline(deadline, "bundled truncation")?,
+        }
+    };
+    if !msg.contains("truncated") || !msg.contains("bundle") {
+        return Err(format!("unexpected truncation error: {msg}"));
+    }
+    say(&format!("BUNDLE TRUNCATED {msg}"));
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! Bundles on the engine (`crate::bundle` has the idea and the wire format): the
+//! sending side's open bundle and in-flight count, the receiving side's posted
+//! bundle buffers, the receives waiting for records and the records waiting for
+//! receives.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+mod rx;
+mod tx;
+
+pub use rx::{MIN_RX_SIZE, RX_BUFFERS, Rx};
+pub use tx::Tx;
+
+static BUNDLES: AtomicU64 = AtomicU64::new(0);
+static RECORDS: AtomicU64 = AtomicU64::new(0);
+static EARLY: AtomicU64 = AtomicU64::new(0);
+
+/// What bundling did in this process (all devices), for tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BundleCounts {
+    /// Bundles sent.
+    pub bundles: u64,
+    /// Sends they carried.
+    pub records: u64,
+    /// Records received before their receive was posted (kept until it was).
+    pub early: u64,
+}
+
+/// This process's [`BundleCounts`] so far.
+pub fn bundle_counts() -> BundleCounts {
+    BundleCounts {
+        bundles: BUNDLES.load(Ordering::Relaxed),
+        records: RECORDS.load(Ordering::Relaxed),
+        early: EARLY.load(Ordering::Relaxed),
+    }
+}

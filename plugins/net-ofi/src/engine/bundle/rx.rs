@@ -1,0 +1,376 @@
+//! The receiving side of bundles: the standing bundle receives, the receives a
+//! record may fill, and the records that arrived before their receive (see
+//! `super`).
+
+use std::sync::atomic::Ordering;
+
+use cclkit_abi::{Result, nccl_warn};
+
+use super::super::{Engine, OpId, Owner, Post, State};
+use super::EARLY;
+use crate::bundle;
+use crate::tags::Ctrl;
+
+/// Bundle receives a receive comm keeps posted. They stand in the provider's
+/// receive queue for the comm's life, next to NCCL's receives. Fewer let a
+/// sender outrun them: measured with 2, bundles arriving with no receive posted
+/// piled up in `ofi_rxm`'s unexpected list, which every later receive post
+/// scans, and 4 KiB streams ran at 0.15-0.8x the raw loop instead of 1.5x.
+pub const RX_BUFFERS: usize = 8;
+/// Smallest provider receive queue bundles are used with (see
+/// [`Engine::set_bundle_rx_budget`]; `FI_OFI_RXM_RX_SIZE=4` makes a queue of 4).
+pub const MIN_RX_SIZE: usize = 64;
+
+/// A posted receive a record may fill instead of its own message.
+struct Waiter {
+    tag: u64,
+    op: OpId,
+    addr: usize,
+    cap: usize,
+}
+
+/// A record that arrived before its receive was posted.
+struct Stashed {
+    tag: u64,
+    held: usize,
+    off: usize,
+    len: usize,
+}
+
+/// A received bundle with records still undelivered.
+struct Held {
+    buf: Box<[u8]>,
+    left: usize,
+}
+
+/// The receiving side of a connection that accepts bundles.
+#[derive(Default)]
+pub struct Rx {
+    max: usize,
+    comm_id: u16,
+    waiters: Vec<Waiter>,
+    stash: Vec<Stashed>,
+    held: Vec<Option<Held>>,
+    /// Bundle buffers whose post met a full receive queue (`-FI_EAGAIN`): retried
+    /// by each progress call, never queued in the backlog, where a standing
+    /// receive would hold up every post behind it.
+    unposted: Vec<Box<[u8]>>,
+}
+
+impl std::fmt::Debug for Rx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rx")
+            .field("max", &self.max)
+            .field("waiters", &self.waiters.len())
+            .field("stashed", &self.stash.len())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Bundle receives this endpoint may keep standing, all comms together: a
+    /// quarter of the provider's receive queue, so NCCL's receives always find
+    /// room (a receive comm beyond that takes no bundles).
+    pub fn set_bundle_rx_budget(&mut self, rx_queue: usize) {
+        self.bundle_rx_budget = rx_queue / 4;
+    }
+
+    /// Makes connection `conn` (receive comm `comm_id`) take bundles of up to
+    /// `max` bytes: posts [`RX_BUFFERS`] bundle receives. `false` (nothing done)
+    /// when the endpoint's budget of standing receives is spent.
+    pub fn enable_bundle_rx(&mut self, conn: u64, comm_id: u16, max: usize) -> Result<bool> {
+        if self.bundle_rx_standing + RX_BUFFERS > self.bundle_rx_budget {
+            return Ok(false);
+        }
+        let c = self.conn(conn)?;
+        c.rx = Some(Rx {
+            max,
+            comm_id,
+            ..Rx::default()
+        });
+        self.bundle_rx_standing += RX_BUFFERS;
+        for _ in 0..RX_BUFFERS {
+            self.post_bundle_recv(conn, vec![0u8; max].into_boxed_slice())?;
+        }
+        Ok(true)
+    }
+
+    /// A retiring connection's standing receives return to the budget.
+    pub(in crate::engine) fn bundle_rx_retired(&mut self, rx: Option<Rx>) {
+        if rx.is_some() {
+            self.bundle_rx_standing = self.bundle_rx_standing.saturating_sub(RX_BUFFERS);
+        }
+    }
+
+    /// Posts a bundle receive into `buf`, or keeps it for a later progress call
+    /// when the provider's queue is full.
+    fn post_bundle_recv(&mut self, conn: u64, buf: Box<[u8]>) -> Result<()> {
+        let Some(comm_id) = self.rx(conn).map(|r| r.comm_id) else {
+            return Ok(());
+        };
+        let (ptr, len) = (buf.as_ptr() as usize, buf.len());
+        let op = self.alloc(Owner::BundleRx, true, Some(conn), Some(buf));
+        let desc = self.ctrl_desc(op, ptr, len)?;
+        let post = Post::Recv {
+            buf: ptr,
+            len,
+            desc,
+            tag: self.layout.ctrl(Ctrl::Bundle, comm_id),
+            ignore: 0,
+        };
+        match self.try_post(op, post) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                let buf = self.slots[op.idx as usize].buf.take();
+                self.release(op.idx);
+                if let (Some(rx), Some(buf)) = (self.rx(conn), buf) {
+                    rx.unposted.push(buf);
+                }
+                if !self.rx_unposted.contains(&conn) {
+                    self.rx_unposted.push(conn);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.release(op.idx);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Retries the bundle receives that met a full queue.
+    pub(in crate::engine) fn repost_bundle_recvs(&mut self) {
+        for conn in std::mem::take(&mut self.rx_unposted) {
+            let bufs = self
+                .rx(conn)
+                .map(|rx| std::mem::take(&mut rx.unposted))
+                .unwrap_or_default();
+            for buf in bufs {
+                if let Err(e) = self.post_bundle_recv(conn, buf) {
+                    self.fail_conn(conn, format!("re-posting a bundle receive failed: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Posts a tagged receive into NCCL memory, or fills it at once from a record
+    /// that arrived first.
+    ///
+    /// # Safety
+    /// As [`Engine::recv`].
+    pub unsafe fn recv_data(
+        &mut self,
+        conn: u64,
+        buf: *mut u8,
+        len: usize,
+        desc: usize,
+        tag: u64,
+    ) -> Result<OpId> {
+        let stashed = self.rx(conn).and_then(|rx| {
+            let at = rx.stash.iter().position(|s| s.tag == tag)?;
+            Some(rx.stash.swap_remove(at))
+        });
+        if let Some(s) = stashed {
+            let op = self.alloc(Owner::Caller, true, Some(conn), None);
+            // SAFETY: `buf` holds `len` bytes (caller's contract); the record's
+            // bytes lie in a held bundle buffer.
+            let state = unsafe { self.fill_from_held(conn, &s, buf, len) };
+            self.slots[op.idx as usize].state = state;
+            self.record_taken(conn, s.held);
+            return Ok(op);
+        }
+        // SAFETY: forwarded contract.
+        let op = unsafe { self.recv(conn, buf, len, desc, tag) }?;
+        if let Some(rx) = self.rx(conn) {
+            rx.waiters.push(Waiter {
+                tag,
+                op,
+                addr: buf as usize,
+                cap: len,
+            });
+        }
+        Ok(op)
+    }
+
+    fn rx(&mut self, conn: u64) -> Option<&mut Rx> {
+        self.conns.get_mut(&conn).and_then(|c| c.rx.as_mut())
+    }
+
+    /// Copies stashed record `s` into `buf` (`len` bytes); the receive's outcome.
+    ///
+    /// # Safety
+    /// `buf` must be writable for `len` bytes.
+    unsafe fn fill_from_held(&mut self, conn: u64, s: &Stashed, buf: *mut u8, len: usize) -> State {
+        let Some(held) = self
+            .rx(conn)
+            .and_then(|rx| rx.held.get(s.held))
+            .and_then(Option::as_ref)
+        else {
+            return State::Failed("internal error: a bundled record lost its buffer".into());
+        };
+        // SAFETY: forwarded contract; the record lies inside the held buffer.
+        unsafe { fill(buf, len, &held.buf[s.off..s.off + s.len]) }
+    }
+
+    /// One record of held buffer `h` was delivered; the buffer is posted again
+    /// once all were.
+    fn record_taken(&mut self, conn: u64, h: usize) {
+        let Some(rx) = self.rx(conn) else { return };
+        let Some(held) = rx.held.get_mut(h).and_then(Option::as_mut) else {
+            return;
+        };
+        held.left -= 1;
+        if held.left > 0 {
+            return;
+        }
+        if let Some(held) = rx.held[h].take()
+            && let Err(e) = self.post_bundle_recv(conn, held.buf)
+        {
+            self.fail_conn(conn, format!("re-posting a bundle receive failed: {e}"));
+        }
+    }
+
+    fn fail_conn(&mut self, conn: u64, msg: String) {
+        nccl_warn!("NET/OFI: {msg}");
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.failed.get_or_insert(msg);
+        }
+    }
+
+    /// A receive stopped waiting (completed by its own message, or given up).
+    pub(in crate::engine) fn forget_waiter(&mut self, conn: Option<u64>, op: OpId) {
+        if let Some(rx) = conn.and_then(|k| self.rx(k))
+            && let Some(at) = rx.waiters.iter().position(|w| w.op == op)
+        {
+            rx.waiters.swap_remove(at);
+        }
+    }
+
+    /// A bundle receive completed: delivers its records to the waiting receives,
+    /// keeps the others, and posts the buffer again once nothing in it is kept.
+    pub(in crate::engine) fn bundle_arrived(
+        &mut self,
+        idx: u32,
+        got: std::result::Result<usize, String>,
+    ) {
+        let s = &mut self.slots[idx as usize];
+        let (conn, buf) = (s.conn, s.buf.take());
+        self.release(idx);
+        let (Some(conn), Some(buf)) = (conn, buf) else {
+            return;
+        };
+        let Some(c) = self.conns.get(&conn).filter(|c| !c.closing) else {
+            return;
+        };
+        if c.rx.is_none() {
+            return;
+        }
+        let n = match got {
+            Ok(n) => n,
+            Err(m) => {
+                self.fail_conn(conn, format!("a bundle receive failed: {m}"));
+                return;
+            }
+        };
+        let records = match bundle::parse(&buf, n) {
+            Ok(r) => r,
+            Err(m) => {
+                self.fail_conn(conn, format!("malformed bundle from the peer: {m}"));
+                return;
+            }
+        };
+        let layout = self.layout;
+        let mut kept = 0;
+        let mut stash = Vec::new();
+        for r in &records {
+            let Some(rx) = self.rx(conn) else { return };
+            if layout.comm_of(r.tag) != Some(rx.comm_id) {
+                let comm_id = rx.comm_id;
+                self.fail_conn(
+                    conn,
+                    format!(
+                        "malformed bundle from the peer: a record tagged {:#x} is not for comm {comm_id}",
+                        r.tag
+                    ),
+                );
+                return;
+            }
+            match rx.waiters.iter().position(|w| w.tag == r.tag) {
+                Some(at) => {
+                    let w = rx.waiters.swap_remove(at);
+                    self.deliver(w, &buf[r.off..r.off + r.len]);
+                }
+                None => {
+                    kept += 1;
+                    EARLY.fetch_add(1, Ordering::Relaxed);
+                    stash.push(*r);
+                }
+            }
+        }
+        if kept == 0 {
+            if let Err(e) = self.post_bundle_recv(conn, buf) {
+                self.fail_conn(conn, format!("re-posting a bundle receive failed: {e}"));
+            }
+            return;
+        }
+        let Some(rx) = self.rx(conn) else { return };
+        let h = match rx.held.iter().position(Option::is_none) {
+            Some(h) => h,
+            None => {
+                rx.held.push(None);
+                rx.held.len() - 1
+            }
+        };
+        rx.held[h] = Some(Held { buf, left: kept });
+        rx.stash.extend(stash.into_iter().map(|r| Stashed {
+            tag: r.tag,
+            held: h,
+            off: r.off,
+            len: r.len,
+        }));
+    }
+
+    /// Fills waiting receive `w` with a record's bytes and withdraws its own post.
+    fn deliver(&mut self, w: Waiter, bytes: &[u8]) {
+        // SAFETY: a waiter exists only while its request holds the buffer (it is
+        // forgotten when the receive completes or is given up).
+        let state = unsafe { fill(w.addr as *mut u8, w.cap, bytes) };
+        let Some(s) = self.slot_mut(w.op) else { return };
+        match s.state {
+            State::Posted => {
+                s.state = state;
+                s.cancelling = true;
+                let ctx: *mut crate::sys::fi_context2 = &mut s.ctx;
+                // SAFETY: posted on this endpoint and not completed; its completion
+                // (FI_ECANCELED) is read later and only ends the cancellation.
+                if let Err(e) = unsafe { self.ep.cancel(ctx) } {
+                    nccl_warn!("NET/OFI: withdrawing a receive filled from a bundle: {e}");
+                }
+            }
+            State::Backlogged => {
+                s.state = state;
+                self.backlog.retain(|(o, _)| *o != w.op);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Copies a record into a receive buffer of `cap` bytes: done with its size, or
+/// failed as a truncation.
+///
+/// # Safety
+/// `buf` must be writable for `cap` bytes.
+unsafe fn fill(buf: *mut u8, cap: usize, bytes: &[u8]) -> State {
+    if bytes.len() > cap {
+        return State::Failed(format!(
+            "message truncated: {} bytes arrived for a receive of {cap} (in a bundle)",
+            bytes.len()
+        ));
+    }
+    if !bytes.is_empty() {
+        // SAFETY: `bytes.len() <= cap`, and the caller vouches for `cap` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+    }
+    State::Done(bytes.len())
+}

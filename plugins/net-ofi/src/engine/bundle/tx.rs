@@ -1,0 +1,314 @@
+//! The sending side of bundles: the open bundle, what is in flight, and when a
+//! bundle goes out (see `super`).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use cclkit_abi::{Result, nccl_warn};
+
+use super::super::{Engine, OpId, Owner, Post, State};
+use super::{BUNDLES, RECORDS};
+use crate::bundle::{self, Writer};
+use crate::tags::Ctrl;
+
+/// Bundles a connection may have in flight; beyond that a small send that does
+/// not fit the open bundle goes out on its own (so bundles never pile up behind
+/// a slow receiver: their requests complete as soon as they are copied).
+const MAX_TX_BUNDLES: u32 = 4;
+/// Longest an open bundle waits for the sends in flight to complete. They
+/// complete without the receiver's help, but its provider may hold them back
+/// while it is short of buffers; this bounds what that can cost.
+const MAX_OPEN: Duration = Duration::from_micros(200);
+/// Emptied bundle buffers a connection keeps for its next bundles.
+const SPARE_BUFFERS: usize = 4;
+/// The sending side of a connection that bundles.
+#[derive(Default)]
+pub struct Tx {
+    /// Bundle capacity in bytes (the smaller of both sides' settings).
+    max: usize,
+    /// The receive comm's id: bundles go to its bundle tag.
+    comm_id: u16,
+    /// Sends of at most `max` bytes (single messages and bundles) posted whose
+    /// completion is unread: the open bundle goes out once there are none.
+    inflight: u32,
+    /// Bundles among them.
+    bundles: u32,
+    /// The bundle being filled, when it was opened, and the queued sends it
+    /// carries (op, bytes).
+    open: Option<Writer>,
+    opened: Option<Instant>,
+    waiting: Vec<(OpId, usize)>,
+    spare: Vec<Box<[u8]>>,
+}
+
+impl std::fmt::Debug for Tx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx")
+            .field("max", &self.max)
+            .field("inflight", &self.inflight)
+            .field("bundles", &self.bundles)
+            .field("queued", &self.waiting.len())
+            .finish()
+    }
+}
+
+impl Tx {
+    /// Largest send a bundle takes: two must fit, or bundling saves nothing.
+    fn max_record(&self) -> usize {
+        (self.max - bundle::HEADER) / 2 - bundle::RECORD
+    }
+}
+
+impl Engine {
+    /// Makes connection `conn` bundle its small sends to receive comm `comm_id`,
+    /// in bundles of at most `max` bytes.
+    pub fn enable_bundle_tx(&mut self, conn: u64, comm_id: u16, max: usize) {
+        if max < bundle::HEADER + 2 * (bundle::RECORD + 8) {
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.tx = Some(Tx {
+                max,
+                comm_id,
+                ..Tx::default()
+            });
+        }
+    }
+
+    /// Posts a tagged send of NCCL memory, or (a small host-memory send while the
+    /// connection has sends in flight) copies it into the open bundle; the
+    /// operation then completes when the bundle is posted.
+    ///
+    /// # Safety
+    /// As [`Engine::send`].
+    pub unsafe fn send_data(
+        &mut self,
+        conn: u64,
+        buf: *const u8,
+        len: usize,
+        desc: usize,
+        tag: u64,
+        host: bool,
+    ) -> Result<OpId> {
+        let queue = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.tx.as_ref())
+            .is_some_and(|tx| {
+                host && len <= tx.max_record() && (tx.inflight > 0 || tx.open.is_some())
+            });
+        if queue {
+            // SAFETY: NCCL's buffer holds `len` bytes (caller's contract).
+            let payload = unsafe { std::slice::from_raw_parts(buf, len) };
+            if let Some(op) = self.queue_send(conn, tag, payload)? {
+                return Ok(op);
+            }
+        }
+        // Only sends the provider completes on its own count (`Tx::inflight`): a
+        // larger one (a rendezvous) completes once the receiver posted its
+        // receive, which may wait for a record in the open bundle.
+        let counted = self.tx(conn).is_some_and(|tx| len <= tx.max);
+        // SAFETY: forwarded contract.
+        let op = unsafe { self.send(conn, buf, len, desc, tag) }?;
+        if counted {
+            self.count_send(op);
+        }
+        Ok(op)
+    }
+
+    /// Counts a posted data send in its connection's in-flight sends.
+    fn count_send(&mut self, op: OpId) {
+        let Some(s) = self.slot_mut(op) else { return };
+        if matches!(s.state, State::Done(_) | State::Failed(_)) {
+            return;
+        }
+        s.data_send = true;
+        let conn = s.conn;
+        if let Some(tx) = conn
+            .and_then(|k| self.conns.get_mut(&k))
+            .and_then(|c| c.tx.as_mut())
+        {
+            tx.inflight += 1;
+        }
+    }
+
+    /// Copies one send into the open bundle; `None` when it must go on its own
+    /// (the open bundle is full and the connection has its bundles in flight).
+    fn queue_send(&mut self, conn: u64, tag: u64, payload: &[u8]) -> Result<Option<OpId>> {
+        let full = {
+            let Some(tx) = self.conns.get_mut(&conn).and_then(|c| c.tx.as_mut()) else {
+                return Ok(None);
+            };
+            tx.open.as_ref().is_some_and(|w| !w.fits(payload.len()))
+        };
+        if full {
+            if self.tx(conn).is_some_and(|tx| tx.bundles >= MAX_TX_BUNDLES) {
+                return Ok(None);
+            }
+            self.post_bundle(conn)?;
+        }
+        let op = self.alloc(Owner::Caller, false, Some(conn), None);
+        self.slots[op.idx as usize].state = State::Queued;
+        let Some(tx) = self.tx(conn) else {
+            self.release(op.idx);
+            return Ok(None);
+        };
+        let w = match tx.open.as_mut() {
+            Some(w) => w,
+            None => {
+                let buf = tx
+                    .spare
+                    .pop()
+                    .unwrap_or_else(|| vec![0u8; tx.max].into_boxed_slice());
+                tx.opened = Some(Instant::now());
+                tx.open.insert(Writer::new(buf))
+            }
+        };
+        w.push(tag, payload);
+        tx.waiting.push((op, payload.len()));
+        if !self.open_tx.contains(&conn) {
+            self.open_tx.push(conn);
+        }
+        Ok(Some(op))
+    }
+
+    fn tx(&mut self, conn: u64) -> Option<&mut Tx> {
+        self.conns.get_mut(&conn).and_then(|c| c.tx.as_mut())
+    }
+
+    /// Posts the open bundle of `conn`; its queued sends complete (their bytes
+    /// are in the bundle), or fail with the post.
+    fn post_bundle(&mut self, conn: u64) -> Result<()> {
+        self.open_tx.retain(|&k| k != conn);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return Ok(());
+        };
+        let dest = c.peer;
+        let Some(tx) = c.tx.as_mut() else {
+            return Ok(());
+        };
+        let Some(w) = tx.open.take() else {
+            return Ok(());
+        };
+        tx.opened = None;
+        let waiting = std::mem::take(&mut tx.waiting);
+        let tag = self.layout.ctrl(Ctrl::Bundle, tx.comm_id);
+        let (buf, used) = w.finish();
+        let ptr = buf.as_ptr() as usize;
+        let op = self.alloc(Owner::BundleTx, false, Some(conn), Some(buf));
+        let posted = self.ctrl_desc(op, ptr, used).and_then(|desc| {
+            self.submit(
+                op,
+                Post::Send {
+                    buf: ptr,
+                    len: used,
+                    desc,
+                    dest,
+                    tag,
+                },
+            )
+        });
+        let failure = match &posted {
+            Ok(op) => {
+                self.count_send(*op);
+                if let Some(tx) = self.tx(conn) {
+                    tx.bundles += 1;
+                }
+                BUNDLES.fetch_add(1, Ordering::Relaxed);
+                RECORDS.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                None
+            }
+            Err(e) => Some(format!(
+                "posting a bundle of {} sends failed: {e}",
+                waiting.len()
+            )),
+        };
+        for (q, len) in waiting {
+            let Some(s) = self.slot_mut(q) else { continue };
+            if s.owner == Owner::Orphan {
+                self.release(q.idx);
+                continue;
+            }
+            s.state = match &failure {
+                None => State::Done(len),
+                Some(m) => State::Failed(m.clone()),
+            };
+        }
+        posted.map(drop)
+    }
+
+    /// Posts the open bundles of connections with nothing else in flight (run by
+    /// every progress call, after the completions were read).
+    pub(in crate::engine) fn flush_bundles(&mut self) {
+        if !self.rx_unposted.is_empty() {
+            self.repost_bundle_recvs();
+        }
+        let mut i = 0;
+        while let Some(&conn) = self.open_tx.get(i) {
+            let idle = self.tx(conn).is_none_or(|tx| {
+                tx.inflight == 0 || tx.opened.is_some_and(|t| t.elapsed() >= MAX_OPEN)
+            });
+            if !idle {
+                i += 1;
+                continue;
+            }
+            if let Err(e) = self.post_bundle(conn) {
+                nccl_warn!("NET/OFI: {e}");
+            }
+        }
+    }
+
+    /// A data send completed (or was dropped unposted): one less in flight.
+    pub(in crate::engine) fn end_send(&mut self, idx: u32) {
+        let s = &mut self.slots[idx as usize];
+        if !std::mem::replace(&mut s.data_send, false) {
+            return;
+        }
+        let bundle = s.owner == Owner::BundleTx;
+        if let Some(tx) = s
+            .conn
+            .and_then(|k| self.conns.get_mut(&k))
+            .and_then(|c| c.tx.as_mut())
+        {
+            tx.inflight = tx.inflight.saturating_sub(1);
+            if bundle {
+                tx.bundles = tx.bundles.saturating_sub(1);
+            }
+        }
+    }
+
+    /// A bundle's send completed: its buffer goes back to the connection; a failure
+    /// fails the connection (later requests report it).
+    pub(in crate::engine) fn bundle_sent(&mut self, idx: u32, failure: Option<String>) {
+        let s = &mut self.slots[idx as usize];
+        let (conn, buf) = (s.conn, s.buf.take());
+        self.release(idx);
+        let Some(c) = conn.and_then(|k| self.conns.get_mut(&k)) else {
+            return;
+        };
+        if let Some(m) = failure {
+            c.failed.get_or_insert(m);
+        }
+        if let (Some(tx), Some(buf)) = (c.tx.as_mut(), buf)
+            && tx.spare.len() < SPARE_BUFFERS
+        {
+            tx.spare.push(buf);
+        }
+    }
+
+    /// Drops the open bundle of a closing connection; its queued sends fail.
+    pub(in crate::engine) fn drop_bundle(&mut self, conn: u64) {
+        self.open_tx.retain(|&k| k != conn);
+        let Some(tx) = self.tx(conn) else { return };
+        tx.open = None;
+        for (q, _) in std::mem::take(&mut tx.waiting) {
+            let Some(s) = self.slot_mut(q) else { continue };
+            if s.owner == Owner::Orphan {
+                self.release(q.idx);
+            } else {
+                s.state =
+                    State::Failed("the send comm was closed before this send went out".into());
+            }
+        }
+    }
+}
