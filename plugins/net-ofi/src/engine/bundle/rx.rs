@@ -105,7 +105,14 @@ impl Engine {
     /// Posts a bundle receive into `buf`, or keeps it for a later progress call
     /// when the provider's queue is full.
     fn post_bundle_recv(&mut self, conn: u64, buf: Box<[u8]>) -> Result<()> {
-        let Some(comm_id) = self.rx(conn).map(|r| r.comm_id) else {
+        // A closing comm posts nothing new: it retires once its receives are gone.
+        let Some(comm_id) = self
+            .conns
+            .get(&conn)
+            .filter(|c| !c.closing)
+            .and_then(|c| c.rx.as_ref())
+            .map(|r| r.comm_id)
+        else {
             return Ok(());
         };
         let (ptr, len) = (buf.as_ptr() as usize, buf.len());
@@ -166,9 +173,11 @@ impl Engine {
         desc: usize,
         tag: u64,
     ) -> Result<OpId> {
+        // First come, first matched (`remove`, not `swap_remove`): should a
+        // narrow provider's sequence numbers wrap, two records may share a tag.
         let stashed = self.rx(conn).and_then(|rx| {
             let at = rx.stash.iter().position(|s| s.tag == tag)?;
-            Some(rx.stash.swap_remove(at))
+            Some(rx.stash.remove(at))
         });
         if let Some(s) = stashed {
             let op = self.alloc(Owner::Caller, true, Some(conn), None);
@@ -242,7 +251,7 @@ impl Engine {
         if let Some(rx) = conn.and_then(|k| self.rx(k))
             && let Some(at) = rx.waiters.iter().position(|w| w.op == op)
         {
-            rx.waiters.swap_remove(at);
+            rx.waiters.remove(at);
         }
     }
 
@@ -296,8 +305,9 @@ impl Engine {
                 return;
             }
             match rx.waiters.iter().position(|w| w.tag == r.tag) {
+                // The receive posted first, as the provider would match it.
                 Some(at) => {
-                    let w = rx.waiters.swap_remove(at);
+                    let w = rx.waiters.remove(at);
                     self.deliver(w, &buf[r.off..r.off + r.len]);
                 }
                 None => {
