@@ -21,6 +21,7 @@ const TAG: i32 = 5;
 pub fn check(l: &mut Link, seed: u64) -> R<()> {
     early_records(l, seed)?;
     posted_receives(l, seed ^ 0x5eed)?;
+    lone_record(l)?;
     truncated(l)?;
     say("BUNDLES ok");
     Ok(())
@@ -197,52 +198,94 @@ fn posted_receives(l: &mut Link, seed: u64) -> R<()> {
     Ok(())
 }
 
-/// A bundled send larger than its receive fails that receive (only).
-fn truncated(l: &mut Link) -> R<()> {
-    let (lead, big) = ([1u8; 1], [2u8; 300]);
+/// A send queued alone behind another goes out as the message it stands for
+/// (not as a bundle of one) and lands like any other.
+fn lone_record(l: &mut Link) -> R<()> {
+    let (a, b) = ([4u8; 3], [5u8; 77]);
     let before = bundle_counts();
-    // SAFETY: both buffers outlive the requests, waited for below.
-    let (a, b) = unsafe {
+    // SAFETY: the buffers outlive the requests, waited for below.
+    let (ra, rb) = unsafe {
         (
-            l.send.isend(lead.as_ptr(), 1, TAG + 2, None).map_err(err)?,
             l.send
-                .isend(big.as_ptr(), big.len(), TAG + 3, None)
+                .isend(a.as_ptr(), a.len(), TAG + 5, None)
+                .map_err(err)?,
+            l.send
+                .isend(b.as_ptr(), b.len(), TAG + 5, None)
                 .map_err(err)?,
         )
     };
-    wait(Side::Send(&mut l.send), a.ok_or("isend not accepted")?)?;
-    wait(Side::Send(&mut l.send), b.ok_or("isend not accepted")?)?;
-    if bundle_counts().records == before.records {
-        return Err("the second send was not bundled".into());
+    wait(Side::Send(&mut l.send), ra.ok_or("isend not accepted")?)?;
+    wait(Side::Send(&mut l.send), rb.ok_or("isend not accepted")?)?;
+    if bundle_counts() != before {
+        return Err(format!(
+            "a lone queued send went as a bundle: {:?}",
+            bundle_counts()
+        ));
     }
-    let mut small = [0u8; 100];
-    let mut one = [0u8; 4];
-    let (x, y) = (
-        RecvBuffer {
-            data: one.as_mut_ptr(),
-            size: one.len(),
-            tag: TAG + 2,
+    for want in [&a[..], &b[..]] {
+        let mut got = [0u8; 128];
+        let one = RecvBuffer {
+            data: got.as_mut_ptr(),
+            size: got.len(),
+            tag: TAG + 5,
             mr: None,
-        },
-        RecvBuffer {
-            data: small.as_mut_ptr(),
-            size: small.len(),
-            tag: TAG + 3,
+        };
+        // SAFETY: `got` outlives the request, waited for right below.
+        let r = unsafe { l.recv.irecv(&[one], false) }
+            .map_err(err)?
+            .ok_or("irecv not accepted")?;
+        let sizes = wait(Side::Recv(&mut l.recv), r)?;
+        if sizes != [want.len()] || got[..want.len()] != *want {
+            return Err(format!("lone record: got {sizes:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// A bundled send larger than its receive fails that receive only: the send
+/// bundled with it still arrives.
+fn truncated(l: &mut Link) -> R<()> {
+    let (lead, big, tail) = ([1u8; 1], [2u8; 300], [3u8; 5]);
+    let before = bundle_counts();
+    let mut sends = Vec::new();
+    for (b, tag) in [
+        (&lead[..], TAG + 2),
+        (&big[..], TAG + 3),
+        (&tail[..], TAG + 4),
+    ] {
+        // SAFETY: the buffers outlive the requests, waited for below.
+        let r = unsafe { l.send.isend(b.as_ptr(), b.len(), tag, None) }.map_err(err)?;
+        sends.push(r.ok_or("isend not accepted")?);
+    }
+    for r in sends {
+        wait(Side::Send(&mut l.send), r)?;
+    }
+    if bundle_counts().records != before.records + 2 {
+        return Err("the second and third sends were not bundled together".into());
+    }
+    let (mut one, mut small, mut five) = ([0u8; 4], [0u8; 100], [0u8; 8]);
+    let mut post = |buf: &mut [u8], tag: i32| -> R<Request> {
+        let b = RecvBuffer {
+            data: buf.as_mut_ptr(),
+            size: buf.len(),
+            tag,
             mr: None,
-        },
-    );
-    // SAFETY: the buffers outlive the requests, completed below.
-    let (rx, ry) = unsafe {
-        (
-            l.recv.irecv(&[x], false).map_err(err)?,
-            l.recv.irecv(&[y], false).map_err(err)?,
-        )
+        };
+        // SAFETY: the buffers outlive the requests, completed below.
+        unsafe { l.recv.irecv(&[b], false) }
+            .map_err(err)?
+            .ok_or_else(|| "irecv not accepted".to_owned())
     };
-    let sizes = wait(Side::Recv(&mut l.recv), rx.ok_or("irecv not accepted")?)?;
+    let (rx, ry, rz) = (
+        post(&mut one, TAG + 2)?,
+        post(&mut small, TAG + 3)?,
+        post(&mut five, TAG + 4)?,
+    );
+    let sizes = wait(Side::Recv(&mut l.recv), rx)?;
     if sizes != [1] || one[0] != 1 {
         return Err(format!("the lead message: {sizes:?}"));
     }
-    let mut ry = ry.ok_or("irecv not accepted")?;
+    let mut ry = ry;
     let deadline = Instant::now() + flows::WAIT;
     let msg = loop {
         match l.recv.test(&mut ry) {
@@ -253,6 +296,12 @@ fn truncated(l: &mut Link) -> R<()> {
     };
     if !msg.contains("truncated") || !msg.contains("bundle") {
         return Err(format!("unexpected truncation error: {msg}"));
+    }
+    let sizes = wait(Side::Recv(&mut l.recv), rz)?;
+    if sizes != [5] || five[..5] != tail {
+        return Err(format!(
+            "the send bundled with the truncated one: {sizes:?}"
+        ));
     }
     say(&format!("BUNDLE TRUNCATED {msg}"));
     Ok(())

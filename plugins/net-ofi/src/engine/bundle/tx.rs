@@ -34,10 +34,10 @@ pub struct Tx {
     /// Bundles among them.
     bundles: u32,
     /// The bundle being filled, when it was opened, and the queued sends it
-    /// carries (op, bytes).
+    /// carries (op, bytes, data tag).
     open: Option<Writer>,
     opened: Option<Instant>,
-    waiting: Vec<(OpId, usize)>,
+    waiting: Vec<(OpId, usize, u64)>,
     spare: Vec<Box<[u8]>>,
 }
 
@@ -165,7 +165,7 @@ impl Engine {
             }
         };
         w.push(tag, payload);
-        tx.waiting.push((op, payload.len()));
+        tx.waiting.push((op, payload.len(), tag));
         if !self.open_tx.contains(&conn) {
             self.open_tx.push(conn);
         }
@@ -192,16 +192,30 @@ impl Engine {
         };
         tx.opened = None;
         let waiting = std::mem::take(&mut tx.waiting);
-        let tag = self.layout.ctrl(Ctrl::Bundle, tx.comm_id);
         let (buf, used) = w.finish();
-        let ptr = buf.as_ptr() as usize;
+        // A lone record goes out as the message it stands for, from the bundle
+        // buffer: its receive then completes as a plain one (no copy, nothing
+        // to withdraw).
+        let (from, len, tag) = match waiting[..] {
+            [(_, len, tag)] => (
+                buf.as_ptr() as usize + bundle::HEADER + bundle::RECORD,
+                len,
+                tag,
+            ),
+            _ => (
+                buf.as_ptr() as usize,
+                used,
+                self.layout.ctrl(Ctrl::Bundle, tx.comm_id),
+            ),
+        };
+        let lone = waiting.len() == 1;
         let op = self.alloc(Owner::BundleTx, false, Some(conn), Some(buf));
-        let posted = self.ctrl_desc(op, ptr, used).and_then(|desc| {
+        let posted = self.ctrl_desc(op, from, len).and_then(|desc| {
             self.submit(
                 op,
                 Post::Send {
-                    buf: ptr,
-                    len: used,
+                    buf: from,
+                    len,
                     desc,
                     dest,
                     tag,
@@ -214,8 +228,10 @@ impl Engine {
                 if let Some(tx) = self.tx(conn) {
                     tx.bundles += 1;
                 }
-                BUNDLES.fetch_add(1, Ordering::Relaxed);
-                RECORDS.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                if !lone {
+                    BUNDLES.fetch_add(1, Ordering::Relaxed);
+                    RECORDS.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                }
                 None
             }
             Err(e) => Some(format!(
@@ -223,7 +239,7 @@ impl Engine {
                 waiting.len()
             )),
         };
-        for (q, len) in waiting {
+        for (q, len, _) in waiting {
             let Some(s) = self.slot_mut(q) else { continue };
             if s.owner == Owner::Orphan {
                 self.release(q.idx);
@@ -301,7 +317,7 @@ impl Engine {
         self.open_tx.retain(|&k| k != conn);
         let Some(tx) = self.tx(conn) else { return };
         tx.open = None;
-        for (q, _) in std::mem::take(&mut tx.waiting) {
+        for (q, _, _) in std::mem::take(&mut tx.waiting) {
             let Some(s) = self.slot_mut(q) else { continue };
             if s.owner == Owner::Orphan {
                 self.release(q.idx);
