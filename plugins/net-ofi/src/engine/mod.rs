@@ -412,12 +412,13 @@ impl Engine {
         Ok(op)
     }
 
-    /// Posts a tagged send of NCCL memory.
+    /// Posts a tagged send of NCCL memory (the data path calls
+    /// [`Engine::send_data`], which may bundle it instead).
     ///
     /// # Safety
     /// `buf` must stay valid for `len` bytes until the operation completes or is
     /// abandoned; `desc` must be NULL or a live registration covering it.
-    pub unsafe fn send(
+    unsafe fn send(
         &mut self,
         conn: u64,
         buf: *const u8,
@@ -439,11 +440,12 @@ impl Engine {
         )
     }
 
-    /// Posts a tagged receive into NCCL memory.
+    /// Posts a tagged receive into NCCL memory (the data path calls
+    /// [`Engine::recv_data`], which may fill it from a bundle instead).
     ///
     /// # Safety
     /// As [`Engine::send`], for writes.
-    pub unsafe fn recv(
+    unsafe fn recv(
         &mut self,
         conn: u64,
         buf: *mut u8,

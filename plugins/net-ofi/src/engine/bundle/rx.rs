@@ -164,7 +164,9 @@ impl Engine {
     /// that arrived first.
     ///
     /// # Safety
-    /// As [`Engine::recv`].
+    /// `buf` must stay valid and writable for `len` bytes until the operation
+    /// completes or is abandoned; `desc` must be NULL or a live registration
+    /// covering it.
     pub unsafe fn recv_data(
         &mut self,
         conn: u64,

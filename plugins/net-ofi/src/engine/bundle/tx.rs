@@ -80,7 +80,8 @@ impl Engine {
     /// operation then completes when the bundle is posted.
     ///
     /// # Safety
-    /// As [`Engine::send`].
+    /// `buf` must stay valid for `len` bytes until the operation completes or is
+    /// abandoned; `desc` must be NULL or a live registration covering it.
     pub unsafe fn send_data(
         &mut self,
         conn: u64,
