@@ -14,7 +14,9 @@
 //! first). On a shared machine the load changes from second to second; bursts
 //! this short and this interleaved see the same load on both sides. A burst ends
 //! with the receiver's one-byte reply. Both sides yield the CPU after a pass
-//! without progress, as NCCL's proxy thread does.
+//! without progress, as NCCL's proxy thread does. The last column is the share of
+//! the plugin's sends that travelled in bundles (`src/bundle.rs`) and how many a
+//! bundle carried.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -72,21 +74,23 @@ fn main() {
         None => vec!["tcp;ofi_rxm".into(), "shm".into()],
     };
     println!(
-        "| provider | size | raw libfabric MB/s | cclkit-ofi MB/s | ratio | median round ratio (range) |"
+        "| provider | size | raw libfabric MB/s | cclkit-ofi MB/s | ratio | median round ratio (range) | sends bundled (per bundle) |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for provider in providers.iter().map(String::as_str) {
         for &size in &sizes {
             let r = run(provider, size, rounds);
             println!(
-                "| {provider} | {} | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) |",
+                "| {provider} | {} | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.0} % ({:.1}) |",
                 show_size(size),
                 r[0],
                 r[1],
                 r[1] / r[0],
                 r[2],
                 r[3],
-                r[4]
+                r[4],
+                r[5] * 100.0,
+                r[6]
             );
         }
     }
@@ -160,8 +164,8 @@ impl Drop for Proc {
 }
 
 /// One sender/receiver pair; returns [raw MB/s, plugin MB/s, median round
-/// ratio, lowest, highest].
-fn run(provider: &str, size: usize, rounds: usize) -> [f64; 5] {
+/// ratio, lowest, highest, share of the plugin's sends bundled, sends per bundle].
+fn run(provider: &str, size: usize, rounds: usize) -> [f64; 7] {
     let count = (BURST_BYTES / size).max(4);
     let args = |side: &str| -> Vec<String> {
         ["mixed", side, provider]
@@ -195,5 +199,7 @@ fn run(provider: &str, size: usize, rounds: usize) -> [f64; 5] {
         field("median"),
         field("low"),
         field("high"),
+        field("bundled"),
+        field("per_bundle"),
     ]
 }

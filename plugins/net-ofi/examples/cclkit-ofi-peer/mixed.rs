@@ -3,7 +3,8 @@
 //! The process opens a plugin link (through `ncclNetPlugin_v12`) and a raw
 //! libfabric tagged stream with the plugin's hints, then alternates bursts on each
 //! so both see the same machine load; the sender prints
-//! `RESULT raw=<MB/s> plugin=<MB/s> median=<ratio> low=<ratio> high=<ratio>`.
+//! `RESULT raw=<MB/s> plugin=<MB/s> median=<ratio> low=<ratio> high=<ratio>
+//! bundled=<share of its sends in bundles> per_bundle=<sends per bundle>`.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -75,13 +76,22 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
     if sender {
         ratios.sort_by(|a, b| a.total_cmp(b));
         let bytes = (size * count * rounds) as f64;
+        // Every plugin send of this process after the warm-up was a data send.
+        let b = cclkit_net_ofi::bundle_counts();
+        let sends = (count * rounds + WINDOW * 2) as f64;
         flows::say(&format!(
-            "RESULT raw={:.1} plugin={:.1} median={:.3} low={:.3} high={:.3}",
+            "RESULT raw={:.1} plugin={:.1} median={:.3} low={:.3} high={:.3} bundled={:.3} per_bundle={:.2}",
             bytes / t_raw.as_secs_f64() / 1e6,
             bytes / t_plugin.as_secs_f64() / 1e6,
             ratios[ratios.len() / 2],
             ratios[0],
-            ratios[ratios.len() - 1]
+            ratios[ratios.len() - 1],
+            b.records as f64 / sends,
+            if b.bundles > 0 {
+                b.records as f64 / b.bundles as f64
+            } else {
+                0.0
+            }
         ));
     }
     plugin.close(&mut link)?;
