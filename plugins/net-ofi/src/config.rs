@@ -43,6 +43,8 @@ pub struct Config {
     /// Bundle size in bytes (`CCLKIT_OFI_BUNDLE_BYTES`, 0 = off); `None` = by provider
     /// (see [`Config::bundle_bytes_for`]).
     pub bundle_bytes: Option<usize>,
+    /// `FI_OFI_RXM_BUFFER_SIZE` when set to a number (`ofi_rxm`'s eager buffer).
+    pub rxm_buffer: Option<usize>,
 }
 
 /// Bundle size on socket-based providers when `CCLKIT_OFI_BUNDLE_BYTES` is unset:
@@ -128,6 +130,8 @@ impl Config {
             register_host,
             gdr,
             bundle_bytes,
+            // libfabric's own setting: a value it would reject is not ours to judge.
+            rxm_buffer: get("FI_OFI_RXM_BUFFER_SIZE").and_then(|v| v.trim().parse().ok()),
         })
     }
 
@@ -144,11 +148,10 @@ impl Config {
         if !sockets {
             return 0;
         }
-        let rxm = std::env::var("FI_OFI_RXM_BUFFER_SIZE")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(RXM_BUFFER);
-        rxm.saturating_sub(RXM_MARGIN).max(1024)
+        self.rxm_buffer
+            .unwrap_or(RXM_BUFFER)
+            .saturating_sub(RXM_MARGIN)
+            .max(1024)
     }
 
     /// Reads the process environment and warns about unknown `CCLKIT_OFI_*` names.
@@ -206,6 +209,12 @@ mod tests {
                 .unwrap()
                 .bundle_bytes_for("shm"),
             8192
+        );
+        assert_eq!(
+            cfg(&[("FI_OFI_RXM_BUFFER_SIZE", "65536")])
+                .unwrap()
+                .bundle_bytes_for("tcp;ofi_rxm"),
+            65536 - 256
         );
         assert!(cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "100")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "lots")]).is_err());

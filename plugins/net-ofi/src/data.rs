@@ -141,10 +141,8 @@ pub fn isend(
     }
     let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
     let tag64 = e.layout().data(comm.comm_id, comm.seqs.next(tag), tag);
-    // Bundles exist only on devices that offer NCCL host memory alone.
-    let host = dev.bundle_bytes > 0;
     // SAFETY: NCCL keeps `buf` valid until the request completes; `desc` covers it.
-    let op = match unsafe { e.send_data(comm.conn, buf.as_ptr(), buf.len(), desc, tag64, host) } {
+    let op = match unsafe { e.send_data(comm.conn, buf.as_ptr(), buf.len(), desc, tag64) } {
         Ok(op) => op,
         Err(err) => {
             e.mrs.release(temp);

@@ -59,9 +59,9 @@ impl OfiNet {
             return Ok(Arc::clone(d));
         }
         let desc = &self.descs[dev];
-        // Bundles copy on the host: never on a device NCCL may hand GPU memory; and
-        // their standing receives must leave the provider's receive queue room.
-        let bundles = if self.gpu_direct(desc) || desc.rx_size < crate::engine::MIN_RX_SIZE {
+        // Bundles copy on the host: never on a device NCCL may hand GPU memory
+        // (so every send of a device with bundles is host memory).
+        let bundles = if self.gpu_direct(desc) {
             0
         } else {
             self.cfg.bundle_bytes_for(&self.provider)

@@ -45,10 +45,11 @@ fn transfer_with(
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("unreadable bundle count: {sent}"));
     let setting = extra.iter().find(|(k, _)| *k == "CCLKIT_OFI_BUNDLE_BYTES");
-    // A receive queue under 64 entries (FI_OFI_RXM_RX_SIZE) leaves no room for them.
+    // A receive comm's 8 bundle receives may take at most a quarter of the
+    // provider's receive queue (FI_OFI_RXM_RX_SIZE): under 32 entries, no bundles.
     let small_queue = extra
         .iter()
-        .any(|(k, v)| *k == "FI_OFI_RXM_RX_SIZE" && v.parse::<usize>().is_ok_and(|n| n < 64));
+        .any(|(k, v)| *k == "FI_OFI_RXM_RX_SIZE" && v.parse::<usize>().is_ok_and(|n| n < 32));
     let off = match setting {
         Some((_, v)) => *v == "0",
         None => provider == "shm" || small_queue,
@@ -134,6 +135,26 @@ fn tcp_v12_full_send_queue_with_bundles() {
         "tcp;ofi_rxm",
         "12",
         &[("FI_OFI_RXM_TX_SIZE", "4"), ("NCCL_DEBUG", "INFO")],
+        Some(|logs| {
+            assert!(
+                waited(logs) > 0,
+                "no post hit -FI_EAGAIN:\n{}",
+                logs.join("\n")
+            )
+        }),
+    );
+}
+
+/// A receive queue just large enough for one comm's bundle receives (32: they
+/// take 8) under 32 requests in flight, grouped ones of 4 buffers among them:
+/// NCCL's receives wait for -FI_EAGAIN next to the standing bundle receives, and
+/// bundles still flow.
+#[test]
+fn tcp_v12_small_receive_queue_with_bundles() {
+    transfer_with(
+        "tcp;ofi_rxm",
+        "12",
+        &[("FI_OFI_RXM_RX_SIZE", "32"), ("NCCL_DEBUG", "INFO")],
         Some(|logs| {
             assert!(
                 waited(logs) > 0,

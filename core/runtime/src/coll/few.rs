@@ -5,7 +5,7 @@ use std::ops::Deref;
 
 use crate::tune::Decision;
 
-/// None, one (inline) or many (on the heap) elements, read as a slice.
+/// One element inline, or none or several on the heap, read as a slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Few<T> {
     One([T; 1]),
@@ -22,7 +22,7 @@ impl<T: Copy> Few<T> {
     /// Appends `x`; the second element moves the list to the heap.
     pub(crate) fn push(&mut self, x: T) {
         match self {
-            Few::Many(v) if v.is_empty() && v.capacity() == 0 => *self = Few::One([x]),
+            Few::Many(v) if v.is_empty() => *self = Few::One([x]),
             Few::Many(v) => v.push(x),
             Few::One([a]) => *self = Few::Many(vec![*a, x]),
         }

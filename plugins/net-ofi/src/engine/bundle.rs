@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 mod rx;
 mod tx;
 
-pub use rx::{MIN_RX_SIZE, RX_BUFFERS, Rx};
+pub use rx::Rx;
 pub use tx::Tx;
 
 static BUNDLES: AtomicU64 = AtomicU64::new(0);

@@ -132,9 +132,6 @@ impl Engine {
     /// Closes a connection: pending receives are cancelled and its comm id is
     /// reused only once they are gone.
     pub fn close_conn(&mut self, key: u64) {
-        if !self.conns.contains_key(&key) {
-            return;
-        }
         self.drop_bundle(key);
         let Some(c) = self.conns.get_mut(&key) else {
             return;

@@ -26,7 +26,7 @@ mod conns;
 mod ctrl;
 mod progress;
 
-pub use bundle::{BundleCounts, MIN_RX_SIZE, RX_BUFFERS, bundle_counts};
+pub use bundle::{BundleCounts, bundle_counts};
 pub use conns::Conn;
 use conns::Ids;
 pub use progress::cq_reads;

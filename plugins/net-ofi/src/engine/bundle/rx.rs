@@ -16,10 +16,7 @@ use crate::tags::Ctrl;
 /// sender outrun them: measured with 2, bundles arriving with no receive posted
 /// piled up in `ofi_rxm`'s unexpected list, which every later receive post
 /// scans, and 4 KiB streams ran at 0.15-0.8x the raw loop instead of 1.5x.
-pub const RX_BUFFERS: usize = 8;
-/// Smallest provider receive queue bundles are used with (see
-/// [`Engine::set_bundle_rx_budget`]; `FI_OFI_RXM_RX_SIZE=4` makes a queue of 4).
-pub const MIN_RX_SIZE: usize = 64;
+const RX_BUFFERS: usize = 8;
 
 /// A posted receive a record may fill instead of its own message.
 struct Waiter {
@@ -46,7 +43,6 @@ struct Held {
 /// The receiving side of a connection that accepts bundles.
 #[derive(Default)]
 pub struct Rx {
-    max: usize,
     comm_id: u16,
     waiters: Vec<Waiter>,
     stash: Vec<Stashed>,
@@ -60,7 +56,7 @@ pub struct Rx {
 impl std::fmt::Debug for Rx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Rx")
-            .field("max", &self.max)
+            .field("comm_id", &self.comm_id)
             .field("waiters", &self.waiters.len())
             .field("stashed", &self.stash.len())
             .finish()
@@ -70,7 +66,8 @@ impl std::fmt::Debug for Rx {
 impl Engine {
     /// Bundle receives this endpoint may keep standing, all comms together: a
     /// quarter of the provider's receive queue, so NCCL's receives always find
-    /// room (a receive comm beyond that takes no bundles).
+    /// room. A receive comm beyond that takes no bundles, and a queue under 32
+    /// entries (`FI_OFI_RXM_RX_SIZE=4`) none at all.
     pub fn set_bundle_rx_budget(&mut self, rx_queue: usize) {
         self.bundle_rx_budget = rx_queue / 4;
     }
@@ -84,7 +81,6 @@ impl Engine {
         }
         let c = self.conn(conn)?;
         c.rx = Some(Rx {
-            max,
             comm_id,
             ..Rx::default()
         });

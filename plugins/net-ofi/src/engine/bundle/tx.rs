@@ -75,9 +75,10 @@ impl Engine {
         }
     }
 
-    /// Posts a tagged send of NCCL memory, or (a small host-memory send while the
-    /// connection has sends in flight) copies it into the open bundle; the
-    /// operation then completes when the bundle is posted.
+    /// Posts a tagged send of NCCL memory, or (a small send while the connection
+    /// has sends in flight) copies it into the open bundle; the operation then
+    /// completes when the bundle is posted. Only connections of devices that offer
+    /// host memory alone bundle (`OfiNet::device`), so the copy reads host memory.
     ///
     /// # Safety
     /// `buf` must stay valid for `len` bytes until the operation completes or is
@@ -89,15 +90,12 @@ impl Engine {
         len: usize,
         desc: usize,
         tag: u64,
-        host: bool,
     ) -> Result<OpId> {
         let queue = self
             .conns
             .get(&conn)
             .and_then(|c| c.tx.as_ref())
-            .is_some_and(|tx| {
-                host && len <= tx.max_record() && (tx.inflight > 0 || tx.open.is_some())
-            });
+            .is_some_and(|tx| len <= tx.max_record() && (tx.inflight > 0 || tx.open.is_some()));
         if queue {
             // SAFETY: NCCL's buffer holds `len` bytes (caller's contract).
             let payload = unsafe { std::slice::from_raw_parts(buf, len) };
