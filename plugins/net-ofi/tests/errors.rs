@@ -1,7 +1,8 @@
 //! Failure paths: init with no usable provider, a peer that dies mid-transfer,
 //! an idle peer, truncation, and one process connected to itself (two threads on
 //! one connection, four comm pairs busy at once with the same NCCL tags on one
-//! endpoint, closing comms with requests in flight), on `tcp;ofi_rxm` and `shm`.
+//! endpoint, closing comms with requests in flight; the engine at its limits), on
+//! `tcp;ofi_rxm` and `shm`.
 
 mod common;
 
@@ -201,4 +202,20 @@ fn tcp_loopback_threads_truncation_and_close_in_flight() {
 #[test]
 fn shm_loopback_threads_and_close_in_flight() {
     loopback("shm", "8", false);
+}
+
+/// The engine at its limits (limits.rs of the peer), in one process connected
+/// to itself: an open bundle goes out on its time bound while a rendezvous it
+/// waited for cannot complete; a bundle receive re-posted into a full receive
+/// queue waits aside; sends go out while receives wait for room (they once
+/// waited behind them for good).
+#[test]
+fn tcp_limits_bundle_time_bound_and_full_receive_queue() {
+    let seed = rand::random::<u32>().to_string();
+    let mut env = provider_env("tcp;ofi_rxm");
+    env.push(("FI_OFI_RXM_RX_SIZE", "32".to_owned()));
+    env.push(("CCLKIT_OFI_BUNDLE_BYTES", "65536".to_owned()));
+    let mut p = Peer::spawn("limits", &["limits", "12", &seed], &env);
+    p.expect("LIMITS ok", Duration::from_secs(60));
+    p.finish(Duration::from_secs(60));
 }

@@ -188,7 +188,7 @@ fn truncation(l: &mut Link, big: &mut [u8], small: &mut [u8]) -> R<()> {
 }
 
 /// A connection pair from this process to itself (a communicator of its own on v12).
-fn self_link(abi: Abi) -> R<Link> {
+pub fn self_link(abi: Abi) -> R<Link> {
     let net = Net::init(abi)?;
     let (handle, listen) = net.listen(0)?;
     join(net, listen, handle)

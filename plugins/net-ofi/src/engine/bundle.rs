@@ -14,6 +14,9 @@ pub use tx::Tx;
 static BUNDLES: AtomicU64 = AtomicU64::new(0);
 static RECORDS: AtomicU64 = AtomicU64::new(0);
 static EARLY: AtomicU64 = AtomicU64::new(0);
+static OVERDUE: AtomicU64 = AtomicU64::new(0);
+static DEFERRED: AtomicU64 = AtomicU64::new(0);
+static REPOSTED: AtomicU64 = AtomicU64::new(0);
 
 /// What bundling did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,6 +27,16 @@ pub struct BundleCounts {
     pub records: u64,
     /// Records received before their receive was posted (kept until it was).
     pub early: u64,
+    /// Open bundles that went out on their time bound (200 µs) while sends were
+    /// still in flight, instead of when those completed.
+    pub overdue: u64,
+    /// Bundle receive posts that met a full receive queue (`-FI_EAGAIN`); each is
+    /// retried by later progress calls (and counts again should it meet the
+    /// full queue again).
+    pub deferred: u64,
+    /// Bundle receives posted by such a retry (or dropped by it, their comm
+    /// closing).
+    pub reposted: u64,
 }
 
 /// This process's [`BundleCounts`] so far.
@@ -32,5 +45,8 @@ pub fn bundle_counts() -> BundleCounts {
         bundles: BUNDLES.load(Ordering::Relaxed),
         records: RECORDS.load(Ordering::Relaxed),
         early: EARLY.load(Ordering::Relaxed),
+        overdue: OVERDUE.load(Ordering::Relaxed),
+        deferred: DEFERRED.load(Ordering::Relaxed),
+        reposted: REPOSTED.load(Ordering::Relaxed),
     }
 }

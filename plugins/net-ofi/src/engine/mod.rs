@@ -6,6 +6,9 @@
 //! recycled with a generation count, so a stale [`OpId`] is never confused with
 //! a new operation. Posts that get `-FI_EAGAIN` wait in a FIFO backlog that every
 //! progress call retries, so `isend`/`irecv` never spin and never lose order.
+//! Sends and receives have a backlog each, as the provider has a queue each: a
+//! full receive queue must not hold up the sends that would empty it (or a
+//! liveness ping), nor a full send queue the receives.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -89,6 +92,30 @@ impl From<FiError> for Failure {
             code: e.code,
             msg: e.to_string(),
         }
+    }
+}
+
+/// Posts waiting for room in the provider's queues, oldest first.
+#[derive(Debug, Default)]
+struct Backlog {
+    sends: VecDeque<(OpId, Post)>,
+    recvs: VecDeque<(OpId, Post)>,
+}
+
+impl Backlog {
+    /// The queue of sends, or of receives.
+    fn queue(&mut self, recvs: bool) -> &mut VecDeque<(OpId, Post)> {
+        if recvs {
+            &mut self.recvs
+        } else {
+            &mut self.sends
+        }
+    }
+
+    /// Drops `op` from whichever queue holds it.
+    fn remove(&mut self, op: OpId) {
+        self.sends.retain(|(o, _)| *o != op);
+        self.recvs.retain(|(o, _)| *o != op);
     }
 }
 
@@ -178,7 +205,7 @@ pub struct Engine {
     #[allow(clippy::vec_box)]
     slots: Vec<Box<Slot>>,
     free: Vec<u32>,
-    backlog: VecDeque<(OpId, Post)>,
+    backlog: Backlog,
     /// Connections with an open bundle (`bundle.rs`).
     open_tx: Vec<u64>,
     /// Connections with bundle receives waiting for room in the receive queue.
@@ -224,7 +251,7 @@ impl Engine {
             mrs,
             slots: Vec::new(),
             free: Vec::new(),
-            backlog: VecDeque::new(),
+            backlog: Backlog::default(),
             open_tx: Vec::new(),
             rx_unposted: Vec::new(),
             bundle_rx_budget: 0,
@@ -397,7 +424,8 @@ impl Engine {
     /// reading completions. Never reads the CQ itself, so it is safe to call while
     /// completions are being handled (the ping sink re-posts from there).
     fn submit(&mut self, op: OpId, post: Post) -> Result<OpId> {
-        if self.backlog.is_empty() {
+        let recv = matches!(post, Post::Recv { .. });
+        if self.backlog.queue(recv).is_empty() {
             match self.try_post(op, post) {
                 Ok(true) => return Ok(op),
                 Ok(false) => {}
@@ -408,7 +436,7 @@ impl Engine {
             }
         }
         self.backlogged += 1;
-        self.backlog.push_back((op, post));
+        self.backlog.queue(recv).push_back((op, post));
         Ok(op)
     }
 
@@ -503,7 +531,7 @@ impl Engine {
             // may wait for them); the slot is freed then.
             State::Queued => s.owner = Owner::Orphan,
             State::Backlogged => {
-                self.backlog.retain(|(o, _)| *o != op);
+                self.backlog.remove(op);
                 self.release(op.idx);
             }
             State::Posted => {

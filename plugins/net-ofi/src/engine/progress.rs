@@ -29,19 +29,26 @@ impl Engine {
     /// Reads completions and retries backlogged posts.
     pub fn progress(&mut self) {
         self.read_cq();
-        while let Some(&(op, post)) = self.backlog.front() {
+        self.retry_backlog(false);
+        self.retry_backlog(true);
+        self.flush_bundles();
+    }
+
+    /// Posts the backlogged sends (or receives) in order until the provider's
+    /// queue is full again.
+    fn retry_backlog(&mut self, recvs: bool) {
+        while let Some(&(op, post)) = self.backlog.queue(recvs).front() {
             match self.try_post(op, post) {
                 Ok(true) => {
-                    self.backlog.pop_front();
+                    self.backlog.queue(recvs).pop_front();
                 }
-                Ok(false) => break,
+                Ok(false) => return,
                 Err(e) => {
-                    self.backlog.pop_front();
+                    self.backlog.queue(recvs).pop_front();
                     self.complete(op.idx, Err(e.into()));
                 }
             }
         }
-        self.flush_bundles();
     }
 
     fn read_cq(&mut self) {

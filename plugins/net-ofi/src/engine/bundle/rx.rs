@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use cclkit_abi::{Result, nccl_warn};
 
 use super::super::{Engine, OpId, Owner, Post, State};
-use super::EARLY;
+use super::{DEFERRED, EARLY, REPOSTED};
 use crate::bundle;
 use crate::tags::Ctrl;
 
@@ -48,7 +48,7 @@ pub struct Rx {
     stash: Vec<Stashed>,
     held: Vec<Option<Held>>,
     /// Bundle buffers whose post met a full receive queue (`-FI_EAGAIN`): retried
-    /// by each progress call, never queued in the backlog, where a standing
+    /// by each progress call, never queued in the receive backlog, where a standing
     /// receive would hold up every post behind it.
     unposted: Vec<Box<[u8]>>,
 }
@@ -99,8 +99,8 @@ impl Engine {
     }
 
     /// Posts a bundle receive into `buf`, or keeps it for a later progress call
-    /// when the provider's queue is full.
-    fn post_bundle_recv(&mut self, conn: u64, buf: Box<[u8]>) -> Result<()> {
+    /// when the provider's queue is full; `true` when it was kept.
+    fn post_bundle_recv(&mut self, conn: u64, buf: Box<[u8]>) -> Result<bool> {
         // A closing comm posts nothing new: it retires once its receives are gone.
         let Some(comm_id) = self
             .conns
@@ -109,7 +109,7 @@ impl Engine {
             .and_then(|c| c.rx.as_ref())
             .map(|r| r.comm_id)
         else {
-            return Ok(());
+            return Ok(false);
         };
         let (ptr, len) = (buf.as_ptr() as usize, buf.len());
         let op = self.alloc(Owner::BundleRx, true, Some(conn), Some(buf));
@@ -122,8 +122,9 @@ impl Engine {
             ignore: 0,
         };
         match self.try_post(op, post) {
-            Ok(true) => Ok(()),
+            Ok(true) => Ok(false),
             Ok(false) => {
+                DEFERRED.fetch_add(1, Ordering::Relaxed);
                 let buf = self.slots[op.idx as usize].buf.take();
                 self.release(op.idx);
                 if let (Some(rx), Some(buf)) = (self.rx(conn), buf) {
@@ -132,7 +133,7 @@ impl Engine {
                 if !self.rx_unposted.contains(&conn) {
                     self.rx_unposted.push(conn);
                 }
-                Ok(())
+                Ok(true)
             }
             Err(e) => {
                 self.release(op.idx);
@@ -149,8 +150,14 @@ impl Engine {
                 .map(|rx| std::mem::take(&mut rx.unposted))
                 .unwrap_or_default();
             for buf in bufs {
-                if let Err(e) = self.post_bundle_recv(conn, buf) {
-                    self.fail_conn(conn, format!("re-posting a bundle receive failed: {e}"));
+                match self.post_bundle_recv(conn, buf) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        REPOSTED.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        self.fail_conn(conn, format!("re-posting a bundle receive failed: {e}"))
+                    }
                 }
             }
         }
@@ -357,7 +364,7 @@ impl Engine {
             }
             State::Backlogged => {
                 s.state = state;
-                self.backlog.retain(|(o, _)| *o != w.op);
+                self.backlog.remove(w.op);
             }
             _ => {}
         }

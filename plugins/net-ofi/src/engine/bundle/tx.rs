@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use cclkit_abi::{Result, nccl_warn};
 
 use super::super::{Engine, OpId, Owner, Post, State};
-use super::{BUNDLES, RECORDS};
+use super::{BUNDLES, OVERDUE, RECORDS};
 use crate::bundle::{self, Writer};
 use crate::tags::Ctrl;
 
@@ -260,12 +260,20 @@ impl Engine {
         }
         let mut i = 0;
         while let Some(&conn) = self.open_tx.get(i) {
-            let idle = self.tx(conn).is_none_or(|tx| {
-                tx.inflight == 0 || tx.opened.is_some_and(|t| t.elapsed() >= MAX_OPEN)
+            // (idle, overdue); a connection without a sending side just drops out.
+            let due = self.tx(conn).map_or((true, false), |tx| {
+                let overdue = tx.opened.is_some_and(|t| t.elapsed() >= MAX_OPEN);
+                (tx.inflight == 0, overdue)
             });
-            if !idle {
-                i += 1;
-                continue;
+            match due {
+                (true, _) => {}
+                (false, true) => {
+                    OVERDUE.fetch_add(1, Ordering::Relaxed);
+                }
+                (false, false) => {
+                    i += 1;
+                    continue;
+                }
             }
             if let Err(e) = self.post_bundle(conn) {
                 nccl_warn!("NET/OFI: {e}");

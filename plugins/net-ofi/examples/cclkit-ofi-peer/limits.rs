@@ -1,0 +1,237 @@
+//! The engine at its limits, on a connection to this process. The test runs it
+//! with settings of its own: `FI_OFI_RXM_RX_SIZE=32` (a quarter of that is one
+//! comm's 8 standing bundle receives) and `CCLKIT_OFI_BUNDLE_BYTES=65536`
+//! (larger than `ofi_rxm`'s eager messages). Checked:
+//! - an open bundle goes out on its time bound while the send before it is a
+//!   rendezvous, which is counted in flight (it is within the bundle size) but
+//!   cannot complete before its receive is posted;
+//! - a bundle receive whose post meets a full receive queue waits aside and is
+//!   posted later, while NCCL's receives wait in the backlog; everything arrives;
+//! - sends go out while receives wait for room in the receive queue (they once
+//!   shared one backlog, and this process's sends, which would have emptied its
+//!   receive queue, waited behind its receives for good).
+
+use std::time::{Duration, Instant};
+
+use cclkit_host::net::{RecvBuffer, Request};
+use cclkit_net_ofi::bundle_counts;
+
+use crate::bundles::{payloads, receive_each, send_burst};
+use crate::flows::{self, Link, check_deadline, say, wait};
+use crate::net::{Abi, R, Side, err};
+use crate::pattern::{Rng, fill, first_mismatch};
+use crate::scenarios::self_link;
+
+/// The provider's receive queue as the test sets it.
+const RX_QUEUE: usize = 32;
+/// Buffers in one grouped receive (NCCL's most).
+const GROUP: usize = 8;
+/// How long an open bundle may take to go out on its time bound (200 µs) on a
+/// busy machine.
+const BOUND_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs the checks; prints `LIMITS ok`.
+pub fn check(abi: Abi, seed: u64) -> R<()> {
+    let mut l = self_link(abi)?;
+    held_open(&mut l, seed)?;
+    full_queue(&mut l, seed)?;
+    // The comm still bundles, and delivers, after both.
+    let data = payloads(seed, 900);
+    send_burst(&mut l, &data, 60)?;
+    receive_each(&mut l, seed, 900, 60)?;
+    say("LIMITS ok");
+    flows::close(l)
+}
+
+/// Posts one receive of `buf` with `tag`.
+fn post(l: &mut Link, buf: &mut [u8], tag: i32) -> R<Request> {
+    let one = RecvBuffer {
+        data: buf.as_mut_ptr(),
+        size: buf.len(),
+        tag,
+        mr: None,
+    };
+    // SAFETY: every caller keeps `buf` alive until the request completed.
+    unsafe { l.recv.irecv(&[one], false) }
+        .map_err(err)?
+        .ok_or_else(|| "irecv not accepted".to_owned())
+}
+
+/// Posts one send of `buf` with `tag`.
+fn send(l: &mut Link, buf: &[u8], tag: i32) -> R<Request> {
+    // SAFETY: every caller keeps `buf` alive until the request completed.
+    unsafe { l.send.isend(buf.as_ptr(), buf.len(), tag, None) }
+        .map_err(err)?
+        .ok_or_else(|| "isend not accepted".to_owned())
+}
+
+/// Waits for a receive of one buffer and checks it holds message `id`.
+fn expect(l: &mut Link, r: Request, buf: &[u8], seed: u64, id: u64, want: usize) -> R<()> {
+    let sizes = wait(Side::Recv(&mut l.recv), r)?;
+    if sizes != [want] {
+        return Err(format!("message {id}: received {sizes:?}, sent {want}"));
+    }
+    match first_mismatch(seed, id, &buf[..want]) {
+        Some(at) => Err(format!("message {id}: wrong byte at {at}")),
+        None => Ok(()),
+    }
+}
+
+/// A small send queued behind a rendezvous send goes out on the open bundle's
+/// time bound, before the rendezvous (whose receive comes later) completes.
+fn held_open(l: &mut Link, seed: u64) -> R<()> {
+    let mut big = vec![0u8; 40_003];
+    fill(seed, 1, &mut big);
+    let mut small = vec![0u8; 99];
+    fill(seed, 2, &mut small);
+    let before = bundle_counts();
+    let mut rb = send(l, &big, 40)?;
+    let mut rs = send(l, &small, 41)?;
+    let deadline = Instant::now() + BOUND_WAIT;
+    while l.send.test(&mut rs).map_err(err)?.is_none() {
+        check_deadline(
+            deadline,
+            "a send queued behind a rendezvous (the bundle's time bound)",
+        )?;
+    }
+    if l.send.test(&mut rb).map_err(err)?.is_some() {
+        return Err(
+            "the 40 KB send completed with no receive posted: it was no rendezvous, \
+                    so nothing held the small one"
+                .into(),
+        );
+    }
+    let overdue = bundle_counts().overdue - before.overdue;
+    if overdue != 1 {
+        return Err(format!(
+            "{overdue} open bundles went out on their time bound; expected 1"
+        ));
+    }
+    let (mut got_small, mut got_big) = (vec![0xa5u8; 128], vec![0xa5u8; 65536]);
+    let r_small = post(l, &mut got_small, 41)?;
+    let r_big = post(l, &mut got_big, 40)?;
+    expect(l, r_small, &got_small, seed, 2, small.len())?;
+    expect(l, r_big, &got_big, seed, 1, big.len())?;
+    wait(Side::Send(&mut l.send), rb).map(drop)
+}
+
+/// Drives the engine (testing `probe`, a receive nothing matches yet) until
+/// `n` records arrived before their receives.
+fn await_early(l: &mut Link, probe: &mut Request, since: u64, n: u64) -> R<()> {
+    let deadline = Instant::now() + flows::WAIT;
+    while bundle_counts().early - since < n {
+        if l.recv.test(probe).map_err(err)?.is_some() {
+            return Err("a receive completed without a send".into());
+        }
+        check_deadline(deadline, "records arriving before their receives")?;
+    }
+    Ok(())
+}
+
+/// The receive queue is full when a held bundle buffer is posted again: the post
+/// waits aside until the queue has room, and everything on the comm arrives.
+fn full_queue(l: &mut Link, seed: u64) -> R<()> {
+    let before = bundle_counts();
+    // 1. A burst nobody receives yet: its bundle arrives, and its buffer is held
+    // for the records (one standing bundle receive fewer).
+    let data = payloads(seed, 200);
+    send_burst(l, &data, 50)?;
+    let mut probe_buf = [0u8; 8];
+    let mut probe = post(l, &mut probe_buf, 59)?;
+    await_early(l, &mut probe, before.early, data.len() as u64 - 1)?;
+
+    // 2. Grouped receives, as many buffers as the whole queue, next to the
+    // standing bundle receives and the probe: the queue is full, the rest of
+    // the posts wait in the backlog.
+    let mut rng = Rng::new(seed ^ 0xf111);
+    let groups = RX_QUEUE / GROUP;
+    let mut gbufs: Vec<Vec<u8>> = (0..groups * GROUP).map(|_| vec![0xa5u8; 512]).collect();
+    let mut greqs = Vec::new();
+    for g in gbufs.chunks_mut(GROUP) {
+        let bufs: Vec<RecvBuffer> = g
+            .iter_mut()
+            .enumerate()
+            .map(|(j, b)| RecvBuffer {
+                data: b.as_mut_ptr(),
+                size: b.len(),
+                tag: 51 + j as i32,
+                mr: None,
+            })
+            .collect();
+        // SAFETY: `gbufs` outlives the requests, waited for below.
+        let r = unsafe { l.recv.irecv(&bufs, false) }.map_err(err)?;
+        greqs.push(r.ok_or("grouped irecv not accepted")?);
+    }
+
+    // 3. The burst's receives: the first (a plain message) waits in the backlog,
+    // the others take their records at once; the last of them frees the held
+    // buffer, whose post meets the full queue.
+    let mut bbufs: Vec<Vec<u8>> = data.iter().map(|_| vec![0xa5u8; 4096 + 64]).collect();
+    let mut breqs = Vec::new();
+    for b in &mut bbufs {
+        breqs.push(post(l, b, 50)?);
+    }
+    let deferred = bundle_counts().deferred - before.deferred;
+    if deferred == 0 {
+        return Err(
+            "the held bundle buffer was posted again at once: the receive queue \
+                    had room, so this check shows nothing"
+                .into(),
+        );
+    }
+
+    // 4. The grouped receives' messages, in sizes of 1-512: posted while the
+    // receive backlog is full; bundled, they fill receives posted and receives
+    // still in the backlog; the queue empties and the bundle receive that waited
+    // is posted.
+    let sizes: Vec<usize> = (0..groups * GROUP).map(|_| 1 + rng.below(512)).collect();
+    let out: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut b = vec![0u8; n];
+            fill(seed, 300 + i as u64, &mut b);
+            b
+        })
+        .collect();
+    let sreqs = out
+        .iter()
+        .enumerate()
+        .map(|(i, b)| send(l, b, 51 + (i % GROUP) as i32))
+        .collect::<R<Vec<_>>>()?;
+    for r in sreqs {
+        wait(Side::Send(&mut l.send), r)?;
+    }
+
+    // 5. Everything arrives where it belongs.
+    for (g, r) in greqs.into_iter().enumerate() {
+        let got = wait(Side::Recv(&mut l.recv), r)?;
+        let want = &sizes[g * GROUP..(g + 1) * GROUP];
+        if got != want {
+            return Err(format!("grouped receive {g}: sizes {got:?}, sent {want:?}"));
+        }
+        for (j, &n) in want.iter().enumerate() {
+            let i = g * GROUP + j;
+            if first_mismatch(seed, 300 + i as u64, &gbufs[i][..n]).is_some() {
+                return Err(format!("grouped receive {g}, buffer {j}: wrong bytes"));
+            }
+        }
+    }
+    for (i, (r, b)) in breqs.into_iter().zip(&bbufs).enumerate() {
+        expect(l, r, b, seed, 200 + i as u64, data[i].len())?;
+    }
+    // The receives above emptied the queue while the engine progressed: the
+    // bundle receive that waited is posted again.
+    let reposted = bundle_counts().reposted - before.reposted;
+    if reposted == 0 {
+        return Err("the bundle receive that met the full queue was never posted".into());
+    }
+    let fin = [9u8; 8];
+    let s = send(l, &fin, 59)?;
+    wait(Side::Send(&mut l.send), s)?;
+    let got = wait(Side::Recv(&mut l.recv), probe)?;
+    if got != [8] || probe_buf != fin {
+        return Err(format!("the probe got {got:?}"));
+    }
+    Ok(())
+}
