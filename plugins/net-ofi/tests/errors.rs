@@ -211,11 +211,25 @@ fn shm_loopback_threads_and_close_in_flight() {
 /// waited behind them for good).
 #[test]
 fn tcp_limits_bundle_time_bound_and_full_receive_queue() {
+    limits(&[("CCLKIT_OFI_BUNDLE_BYTES", "65536")], false);
+}
+
+/// Sends go out while receives wait for room, without bundles.
+#[test]
+fn tcp_limits_full_receive_queue_without_bundles() {
+    limits(&[("CCLKIT_OFI_BUNDLE_BYTES", "0")], true);
+}
+
+fn limits(extra: &[(&'static str, &str)], nobundles: bool) {
     let seed = rand::random::<u32>().to_string();
     let mut env = provider_env("tcp;ofi_rxm");
     env.push(("FI_OFI_RXM_RX_SIZE", "32".to_owned()));
-    env.push(("CCLKIT_OFI_BUNDLE_BYTES", "65536".to_owned()));
-    let mut p = Peer::spawn("limits", &["limits", "12", &seed], &env);
+    env.extend(extra.iter().map(|&(k, v)| (k, v.to_owned())));
+    let mut args = vec!["limits", "12", &seed];
+    if nobundles {
+        args.push("nobundles");
+    }
+    let mut p = Peer::spawn("limits", &args, &env);
     p.expect("LIMITS ok", Duration::from_secs(60));
     p.finish(Duration::from_secs(60));
 }

@@ -9,7 +9,7 @@
 //!   posted later, while NCCL's receives wait in the backlog; everything arrives;
 //! - sends go out while receives wait for room in the receive queue (they once
 //!   shared one backlog, and this process's sends, which would have emptied its
-//!   receive queue, waited behind its receives for good).
+//!   receive queue, waited behind its receives for good); also without bundles.
 
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,15 @@ const GROUP: usize = 8;
 /// busy machine.
 const BOUND_WAIT: Duration = Duration::from_secs(5);
 
-/// Runs the checks; prints `LIMITS ok`.
-pub fn check(abi: Abi, seed: u64) -> R<()> {
+/// Runs the checks; prints `LIMITS ok`. Without bundles (`bundles` false, and
+/// `CCLKIT_OFI_BUNDLE_BYTES=0`) only the last.
+pub fn check(abi: Abi, seed: u64, bundles: bool) -> R<()> {
     let mut l = self_link(abi)?;
+    if !bundles {
+        Grouped::post(&mut l)?.send_and_check(&mut l, seed)?;
+        say("LIMITS ok");
+        return flows::close(l);
+    }
     held_open(&mut l, seed)?;
     full_queue(&mut l, seed)?;
     // The comm still bundles, and delivers, after both.
@@ -140,28 +146,10 @@ fn full_queue(l: &mut Link, seed: u64) -> R<()> {
     let mut probe = post(l, &mut probe_buf, 59)?;
     await_early(l, &mut probe, before.early, data.len() as u64 - 1)?;
 
-    // 2. Grouped receives, as many buffers as the whole queue, next to the
-    // standing bundle receives and the probe: the queue is full, the rest of
-    // the posts wait in the backlog.
-    let mut rng = Rng::new(seed ^ 0xf111);
-    let groups = RX_QUEUE / GROUP;
-    let mut gbufs: Vec<Vec<u8>> = (0..groups * GROUP).map(|_| vec![0xa5u8; 512]).collect();
-    let mut greqs = Vec::new();
-    for g in gbufs.chunks_mut(GROUP) {
-        let bufs: Vec<RecvBuffer> = g
-            .iter_mut()
-            .enumerate()
-            .map(|(j, b)| RecvBuffer {
-                data: b.as_mut_ptr(),
-                size: b.len(),
-                tag: 51 + j as i32,
-                mr: None,
-            })
-            .collect();
-        // SAFETY: `gbufs` outlives the requests, waited for below.
-        let r = unsafe { l.recv.irecv(&bufs, false) }.map_err(err)?;
-        greqs.push(r.ok_or("grouped irecv not accepted")?);
-    }
+    // 2. Grouped receives, more buffers than the whole queue holds, next to
+    // the standing bundle receives and the probe: the queue is full, the rest
+    // of the posts wait in the backlog.
+    let grouped = Grouped::post(l)?;
 
     // 3. The burst's receives: the first (a plain message) waits in the backlog,
     // the others take their records at once; the last of them frees the held
@@ -180,43 +168,12 @@ fn full_queue(l: &mut Link, seed: u64) -> R<()> {
         );
     }
 
-    // 4. The grouped receives' messages, in sizes of 1-512: posted while the
-    // receive backlog is full; bundled, they fill receives posted and receives
-    // still in the backlog; the queue empties and the bundle receive that waited
-    // is posted.
-    let sizes: Vec<usize> = (0..groups * GROUP).map(|_| 1 + rng.below(512)).collect();
-    let out: Vec<Vec<u8>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            let mut b = vec![0u8; n];
-            fill(seed, 300 + i as u64, &mut b);
-            b
-        })
-        .collect();
-    let sreqs = out
-        .iter()
-        .enumerate()
-        .map(|(i, b)| send(l, b, 51 + (i % GROUP) as i32))
-        .collect::<R<Vec<_>>>()?;
-    for r in sreqs {
-        wait(Side::Send(&mut l.send), r)?;
-    }
+    // 4. The grouped receives' messages: bundled, they fill receives posted
+    // and receives still in the backlog; the queue empties and the bundle
+    // receive that waited is posted.
+    grouped.send_and_check(l, seed)?;
 
-    // 5. Everything arrives where it belongs.
-    for (g, r) in greqs.into_iter().enumerate() {
-        let got = wait(Side::Recv(&mut l.recv), r)?;
-        let want = &sizes[g * GROUP..(g + 1) * GROUP];
-        if got != want {
-            return Err(format!("grouped receive {g}: sizes {got:?}, sent {want:?}"));
-        }
-        for (j, &n) in want.iter().enumerate() {
-            let i = g * GROUP + j;
-            if first_mismatch(seed, 300 + i as u64, &gbufs[i][..n]).is_some() {
-                return Err(format!("grouped receive {g}, buffer {j}: wrong bytes"));
-            }
-        }
-    }
+    // 5. The burst arrives too.
     for (i, (r, b)) in breqs.into_iter().zip(&bbufs).enumerate() {
         expect(l, r, b, seed, 200 + i as u64, data[i].len())?;
     }
@@ -234,4 +191,76 @@ fn full_queue(l: &mut Link, seed: u64) -> R<()> {
         return Err(format!("the probe got {got:?}"));
     }
     Ok(())
+}
+
+/// Grouped receives of more buffers than the provider's receive queue holds, on
+/// tags 51-58 (one per buffer of a group), and the requests that hold them.
+struct Grouped {
+    bufs: Vec<Vec<u8>>,
+    reqs: Vec<Request>,
+}
+
+impl Grouped {
+    /// Posts them: the queue fills, and the last group's posts wait in the
+    /// receive backlog.
+    fn post(l: &mut Link) -> R<Self> {
+        let groups = RX_QUEUE / GROUP + 1;
+        let mut bufs: Vec<Vec<u8>> = (0..groups * GROUP).map(|_| vec![0xa5u8; 512]).collect();
+        let mut reqs = Vec::new();
+        for g in bufs.chunks_mut(GROUP) {
+            let one: Vec<RecvBuffer> = g
+                .iter_mut()
+                .enumerate()
+                .map(|(j, b)| RecvBuffer {
+                    data: b.as_mut_ptr(),
+                    size: b.len(),
+                    tag: 51 + j as i32,
+                    mr: None,
+                })
+                .collect();
+            // SAFETY: the buffers live in `Self` (their heap blocks do not move),
+            // which `send_and_check` consumes only after the requests completed.
+            let r = unsafe { l.recv.irecv(&one, false) }.map_err(err)?;
+            reqs.push(r.ok_or("grouped irecv not accepted")?);
+        }
+        Ok(Self { bufs, reqs })
+    }
+
+    /// Sends their messages, in random sizes of 1-512 bytes, while the receive
+    /// backlog is not empty, and checks that each lands in its buffer.
+    fn send_and_check(self, l: &mut Link, seed: u64) -> R<()> {
+        let mut rng = Rng::new(seed ^ 0xf111);
+        let sizes: Vec<usize> = self.bufs.iter().map(|_| 1 + rng.below(512)).collect();
+        let out: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let mut b = vec![0u8; n];
+                fill(seed, 300 + i as u64, &mut b);
+                b
+            })
+            .collect();
+        let sends = out
+            .iter()
+            .enumerate()
+            .map(|(i, b)| send(l, b, 51 + (i % GROUP) as i32))
+            .collect::<R<Vec<_>>>()?;
+        for r in sends {
+            wait(Side::Send(&mut l.send), r)?;
+        }
+        for (g, r) in self.reqs.into_iter().enumerate() {
+            let got = wait(Side::Recv(&mut l.recv), r)?;
+            let want = &sizes[g * GROUP..(g + 1) * GROUP];
+            if got != want {
+                return Err(format!("grouped receive {g}: sizes {got:?}, sent {want:?}"));
+            }
+            for (j, &n) in want.iter().enumerate() {
+                let i = g * GROUP + j;
+                if first_mismatch(seed, 300 + i as u64, &self.bufs[i][..n]).is_some() {
+                    return Err(format!("grouped receive {g}, buffer {j}: wrong bytes"));
+                }
+            }
+        }
+        Ok(())
+    }
 }

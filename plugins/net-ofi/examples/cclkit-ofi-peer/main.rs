@@ -12,7 +12,7 @@
 //! cclkit-ofi-peer death    <8|12> <victim|survivor>
 //! cclkit-ofi-peer idle     <8|12> <idler|waiter> <idle_ms>
 //! cclkit-ofi-peer loopback <8|12> <seed> [truncate] [bundles]
-//! cclkit-ofi-peer limits   <8|12> <seed>
+//! cclkit-ofi-peer limits   <8|12> <seed> [nobundles]
 //! cclkit-ofi-peer nodev
 //! cclkit-ofi-peer stream   <8|12> <send|recv> <size> <iters> <window>
 //! cclkit-ofi-peer mixed    <send|recv> <provider> <size> <count> <rounds>
@@ -68,7 +68,11 @@ fn run(args: &[String]) -> R<()> {
             args[3..].iter().any(|a| a == "truncate"),
             args[3..].iter().any(|a| a == "bundles"),
         ),
-        Some("limits") => limits::check(abi(args.get(1))?, num(args.get(2), "seed")?),
+        Some("limits") => limits::check(
+            abi(args.get(1))?,
+            num(args.get(2), "seed")?,
+            args.get(3).map(String::as_str) != Some("nobundles"),
+        ),
         Some("nodev") => scenarios::nodev(),
         Some("stream") => scenarios::stream(
             abi(args.get(1))?,
