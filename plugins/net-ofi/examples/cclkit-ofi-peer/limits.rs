@@ -5,8 +5,10 @@
 //! - an open bundle goes out on its time bound while the send before it is a
 //!   rendezvous, which is counted in flight (it is within the bundle size) but
 //!   cannot complete before its receive is posted;
-//! - a bundle receive whose post meets a full receive queue waits aside and is
-//!   posted later, while NCCL's receives wait in the backlog; everything arrives;
+//! - every bundle buffer of a comm held for records while NCCL's receives, for
+//!   data that will come bundled, exceed the receive queue: those receives must
+//!   leave room for the bundle buffers (they once took it, and nothing completed
+//!   again);
 //! - sends go out while receives wait for room in the receive queue (they once
 //!   shared one backlog, and this process's sends, which would have emptied its
 //!   receive queue, waited behind its receives for good); also without bundles.
@@ -40,7 +42,7 @@ pub fn check(abi: Abi, seed: u64, bundles: bool) -> R<()> {
         return flows::close(l);
     }
     held_open(&mut l, seed)?;
-    full_queue(&mut l, seed)?;
+    starved(&mut l, seed)?;
     // The comm still bundles, and delivers, after both.
     let data = payloads(seed, 900);
     send_burst(&mut l, &data, 60)?;
@@ -134,56 +136,70 @@ fn await_early(l: &mut Link, probe: &mut Request, since: u64, n: u64) -> R<()> {
     Ok(())
 }
 
-/// The receive queue is full when a held bundle buffer is posted again: the post
-/// waits aside until the queue has room, and everything on the comm arrives.
-fn full_queue(l: &mut Link, seed: u64) -> R<()> {
+/// Every bundle buffer of the comm is held (its records wait for their
+/// receives) while NCCL's receives for data still to come fill the whole receive
+/// queue; then the held records are taken, and the data comes, all of it in
+/// bundles but the first send. The bundle buffers must find room in the queue
+/// again, or the posted receives wait for records in bundles nobody receives.
+fn starved(l: &mut Link, seed: u64) -> R<()> {
+    const HELD: u64 = 8;
     let before = bundle_counts();
-    // 1. A burst nobody receives yet: its bundle arrives, and its buffer is held
-    // for the records (one standing bundle receive fewer).
-    let data = payloads(seed, 200);
-    send_burst(l, &data, 50)?;
+    let bursts: Vec<Vec<Vec<u8>>> = (0..HELD).map(|b| payloads(seed, 1000 + 100 * b)).collect();
+    for (b, data) in bursts.iter().enumerate() {
+        let sends = data
+            .iter()
+            .map(|d| send(l, d, 70 + b as i32))
+            .collect::<R<Vec<_>>>()?;
+        for r in sends {
+            wait(Side::Send(&mut l.send), r)?;
+        }
+    }
+    let sent = bundle_counts();
+    if sent.bundles - before.bundles != HELD {
+        return Err(format!(
+            "{} bundles for {HELD} bursts: the bursts must take one bundle buffer each",
+            sent.bundles - before.bundles
+        ));
+    }
     let mut probe_buf = [0u8; 8];
     let mut probe = post(l, &mut probe_buf, 59)?;
-    await_early(l, &mut probe, before.early, data.len() as u64 - 1)?;
-
-    // 2. Grouped receives, more buffers than the whole queue holds, next to
-    // the standing bundle receives and the probe: the queue is full, the rest
-    // of the posts wait in the backlog.
+    await_early(l, &mut probe, before.early, sent.records - before.records)?;
+    // More receives than the queue holds: some wait in the backlog.
     let grouped = Grouped::post(l)?;
-
-    // 3. The burst's receives: the first (a plain message) waits in the backlog,
-    // the others take their records at once; the last of them frees the held
-    // buffer, whose post meets the full queue.
-    let mut bbufs: Vec<Vec<u8>> = data.iter().map(|_| vec![0xa5u8; 4096 + 64]).collect();
-    let mut breqs = Vec::new();
-    for b in &mut bbufs {
-        breqs.push(post(l, b, 50)?);
+    // The held records are taken, each buffer is posted again: into the entries
+    // the receives above left free.
+    let mut bufs: Vec<Vec<Vec<u8>>> = bursts
+        .iter()
+        .map(|d| d.iter().map(|_| vec![0xa5u8; 4096 + 64]).collect())
+        .collect();
+    let mut reqs = Vec::new();
+    for (b, burst) in bufs.iter_mut().enumerate() {
+        for buf in burst.iter_mut() {
+            reqs.push(post(l, buf, 70 + b as i32)?);
+        }
     }
     let deferred = bundle_counts().deferred - before.deferred;
-    if deferred == 0 {
-        return Err(
-            "the held bundle buffer was posted again at once: the receive queue \
-                    had room, so this check shows nothing"
-                .into(),
-        );
+    if deferred != 0 {
+        return Err(format!(
+            "{deferred} bundle buffers found the receive queue full: NCCL's receives took their entries"
+        ));
     }
-
-    // 4. The grouped receives' messages: bundled, they fill receives posted
-    // and receives still in the backlog; the queue empties and the bundle
-    // receive that waited is posted.
     grouped.send_and_check(l, seed)?;
-
-    // 5. The burst arrives too.
-    for (i, (r, b)) in breqs.into_iter().zip(&bbufs).enumerate() {
-        expect(l, r, b, seed, 200 + i as u64, data[i].len())?;
+    let mut reqs = reqs.into_iter();
+    for (b, data) in bursts.iter().enumerate() {
+        for (i, d) in data.iter().enumerate() {
+            let r = reqs.next().ok_or("missing request")?;
+            expect(
+                l,
+                r,
+                &bufs[b][i],
+                seed,
+                1000 + 100 * b as u64 + i as u64,
+                d.len(),
+            )?;
+        }
     }
-    // The receives above emptied the queue while the engine progressed: the
-    // bundle receive that waited is posted again.
-    let reposted = bundle_counts().reposted - before.reposted;
-    if reposted == 0 {
-        return Err("the bundle receive that met the full queue was never posted".into());
-    }
-    let fin = [9u8; 8];
+    let fin = [7u8; 8];
     let s = send(l, &fin, 59)?;
     wait(Side::Send(&mut l.send), s)?;
     let got = wait(Side::Recv(&mut l.recv), probe)?;

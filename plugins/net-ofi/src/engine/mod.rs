@@ -156,6 +156,9 @@ struct Slot {
     /// A posted receive already filled from a bundle and withdrawn: its
     /// completion (the cancellation) only frees the slot.
     cancelling: bool,
+    /// A receive other than a bundle receive, in the provider's queue until its
+    /// completion is read: counted in `Engine::rx_posted`.
+    in_rx_queue: bool,
 }
 
 /// Hasher for connection keys: the engine hands them out itself (a counter), so
@@ -213,6 +216,10 @@ pub struct Engine {
     /// Standing bundle receives allowed, and taken, on this endpoint.
     bundle_rx_budget: usize,
     bundle_rx_standing: usize,
+    /// The provider's receive queue (posts), and the receives other than bundle
+    /// receives in it now: those leave room for every bundle buffer (`bundle/rx.rs`).
+    rx_queue: usize,
+    rx_posted: usize,
     /// Posts that had to wait in the backlog (reported when the device closes).
     pub backlogged: u64,
     peers: HashMap<Vec<u8>, u64>,
@@ -256,6 +263,8 @@ impl Engine {
             rx_unposted: Vec::new(),
             bundle_rx_budget: 0,
             bundle_rx_standing: 0,
+            rx_queue: 0,
+            rx_posted: 0,
             backlogged: 0,
             peers: HashMap::new(),
             conns: HashMap::default(),
@@ -304,6 +313,7 @@ impl Engine {
                     mr: 0,
                     data_send: false,
                     cancelling: false,
+                    in_rx_queue: false,
                 }));
                 i
             }
@@ -318,6 +328,7 @@ impl Engine {
         s.mr = 0;
         s.data_send = false;
         s.cancelling = false;
+        s.in_rx_queue = false;
         if let (true, Some(c)) = (recv, conn.and_then(|k| self.conns.get_mut(&k))) {
             c.recvs += 1;
         }
@@ -346,6 +357,7 @@ impl Engine {
             return;
         }
         self.end_send(idx);
+        self.left_rx_queue(idx);
         let s = &mut self.slots[idx as usize];
         let (recv, conn, mr) = (s.recv, s.conn, s.mr);
         s.state = State::Free;
@@ -370,8 +382,14 @@ impl Engine {
         }
     }
 
-    /// Tries one post. `Ok(false)` = `-FI_EAGAIN`.
+    /// Tries one post. `Ok(false)` = `-FI_EAGAIN`, or a receive that must leave
+    /// the rest of the receive queue to the bundle buffers.
     fn try_post(&mut self, op: OpId, post: Post) -> std::result::Result<bool, FiError> {
+        let counted = matches!(post, Post::Recv { .. })
+            && self.slots[op.idx as usize].owner != Owner::BundleRx;
+        if counted && self.rx_reserved_for_bundles() {
+            return Ok(false);
+        }
         let ctx: *mut sys::fi_context2 = &mut self.slots[op.idx as usize].ctx;
         // SAFETY: `ctx` lives in a boxed slot that is not freed before its
         // completion is read (or the endpoint is closed, see field order). Data
@@ -411,7 +429,10 @@ impl Engine {
         };
         match r {
             Ok(()) => {
-                self.slots[op.idx as usize].state = State::Posted;
+                let s = &mut self.slots[op.idx as usize];
+                s.state = State::Posted;
+                s.in_rx_queue = counted;
+                self.rx_posted += usize::from(counted);
                 Ok(true)
             }
             Err(e) if e.is_again() => Ok(false),

@@ -129,6 +129,7 @@ impl Engine {
     }
 
     fn complete(&mut self, idx: u32, result: std::result::Result<usize, Failure>) {
+        self.left_rx_queue(idx);
         let s = &mut self.slots[idx as usize];
         if std::mem::replace(&mut s.cancelling, false) {
             // A receive filled from a bundle: this is its withdrawal ending.

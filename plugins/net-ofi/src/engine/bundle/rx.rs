@@ -69,7 +69,26 @@ impl Engine {
     /// room. A receive comm beyond that takes no bundles, and a queue under 32
     /// entries (`FI_OFI_RXM_RX_SIZE=4`) none at all.
     pub fn set_bundle_rx_budget(&mut self, rx_queue: usize) {
+        self.rx_queue = rx_queue;
         self.bundle_rx_budget = rx_queue / 4;
+    }
+
+    /// Whether a receive other than a bundle receive must wait (in the backlog):
+    /// the entries left in the receive queue belong to the bundle buffers. Those
+    /// are posted, or held for records, or about to be posted again; were NCCL's
+    /// receives to take their entries, a receive comm could be left with no
+    /// bundle receive posted while NCCL's receives wait for records in bundles
+    /// nobody receives, and no receive would ever complete to make room.
+    pub(in crate::engine) fn rx_reserved_for_bundles(&self) -> bool {
+        self.bundle_rx_standing > 0 && self.rx_posted + self.bundle_rx_standing >= self.rx_queue
+    }
+
+    /// Slot `idx` is done with the provider's receive queue (completed or freed).
+    pub(in crate::engine) fn left_rx_queue(&mut self, idx: u32) {
+        let s = &mut self.slots[idx as usize];
+        if std::mem::replace(&mut s.in_rx_queue, false) {
+            self.rx_posted = self.rx_posted.saturating_sub(1);
+        }
     }
 
     /// Makes connection `conn` (receive comm `comm_id`) take bundles of up to
