@@ -206,9 +206,10 @@ fn shm_loopback_threads_and_close_in_flight() {
 
 /// The engine at its limits (limits.rs of the peer), in one process connected
 /// to itself: an open bundle goes out on its time bound while a rendezvous it
-/// waited for cannot complete; a bundle receive re-posted into a full receive
-/// queue waits aside; sends go out while receives wait for room (they once
-/// waited behind them for good).
+/// waited for cannot complete; NCCL's receives leave the bundle buffers room in
+/// a full receive queue; a comm accepted into a full queue posts its bundle
+/// receives once there is room; sends go out while receives wait for room (they
+/// once waited behind them for good).
 #[test]
 fn tcp_limits_bundle_time_bound_and_full_receive_queue() {
     limits(&[("CCLKIT_OFI_BUNDLE_BYTES", "65536")], false);
@@ -223,7 +224,7 @@ fn tcp_limits_full_receive_queue_without_bundles() {
 fn limits(extra: &[(&'static str, &str)], nobundles: bool) {
     let seed = rand::random::<u32>().to_string();
     let mut env = provider_env("tcp;ofi_rxm");
-    env.push(("FI_OFI_RXM_RX_SIZE", "32".to_owned()));
+    env.push(("FI_OFI_RXM_RX_SIZE", "64".to_owned()));
     env.extend(extra.iter().map(|&(k, v)| (k, v.to_owned())));
     let mut args = vec!["limits", "12", &seed];
     if nobundles {

@@ -1,7 +1,7 @@
 //! The engine at its limits, on a connection to this process. The test runs it
-//! with settings of its own: `FI_OFI_RXM_RX_SIZE=32` (a quarter of that is one
-//! comm's 8 standing bundle receives) and `CCLKIT_OFI_BUNDLE_BYTES=65536`
-//! (larger than `ofi_rxm`'s eager messages). Checked:
+//! with settings of its own: `FI_OFI_RXM_RX_SIZE=64` (a quarter of that is two
+//! comms' 8 bundle buffers each) and `CCLKIT_OFI_BUNDLE_BYTES=65536` (larger
+//! than `ofi_rxm`'s eager messages). Checked:
 //! - an open bundle goes out on its time bound while the send before it is a
 //!   rendezvous, which is counted in flight (it is within the bundle size) but
 //!   cannot complete before its receive is posted;
@@ -9,6 +9,8 @@
 //!   data that will come bundled, exceed the receive queue: those receives must
 //!   leave room for the bundle buffers (they once took it, and nothing completed
 //!   again);
+//! - a comm accepted while NCCL's receives fill the queue: its bundle receives
+//!   meet `-FI_EAGAIN`, wait aside, and are posted as the queue empties;
 //! - sends go out while receives wait for room in the receive queue (they once
 //!   shared one backlog, and this process's sends, which would have emptied its
 //!   receive queue, waited behind its receives for good); also without bundles.
@@ -20,12 +22,17 @@ use cclkit_net_ofi::bundle_counts;
 
 use crate::bundles::{payloads, receive_each, send_burst};
 use crate::flows::{self, Link, check_deadline, say, wait};
-use crate::net::{Abi, R, Side, err};
+use crate::net::{Abi, Net, R, Side, err};
 use crate::pattern::{Rng, fill, first_mismatch};
 use crate::scenarios::self_link;
 
-/// The provider's receive queue as the test sets it.
-const RX_QUEUE: usize = 32;
+/// The provider's receive queue as the test sets it (`FI_OFI_RXM_RX_SIZE`).
+fn rx_queue() -> R<usize> {
+    std::env::var("FI_OFI_RXM_RX_SIZE")
+        .map_err(|_| "FI_OFI_RXM_RX_SIZE must be set (the test sets it)".to_owned())?
+        .parse()
+        .map_err(|e| format!("FI_OFI_RXM_RX_SIZE: {e}"))
+}
 /// Buffers in one grouped receive (NCCL's most).
 const GROUP: usize = 8;
 /// How long an open bundle may take to go out on its time bound (200 µs) on a
@@ -43,6 +50,7 @@ pub fn check(abi: Abi, seed: u64, bundles: bool) -> R<()> {
     }
     held_open(&mut l, seed)?;
     starved(&mut l, seed)?;
+    late_comm(&mut l, abi, seed)?;
     // The comm still bundles, and delivers, after both.
     let data = payloads(seed, 900);
     send_burst(&mut l, &data, 60)?;
@@ -209,6 +217,54 @@ fn starved(l: &mut Link, seed: u64) -> R<()> {
     Ok(())
 }
 
+/// A comm pair connected while NCCL's receives on `l` fill the receive queue:
+/// the new receive comm's bundle receives meet `-FI_EAGAIN` and wait aside; once
+/// `l`'s receives complete they are posted, and the new comms bundle.
+fn late_comm(l: &mut Link, abi: Abi, seed: u64) -> R<()> {
+    let before = bundle_counts();
+    let net = Net::init(abi)?;
+    let (handle, mut listen) = net.listen(0)?;
+    let mut connecting = net.connect(0, &handle);
+    // The first call posts the receive for the reply and sends the request.
+    let mut send = connecting.poll().map_err(err)?;
+    let grouped = Grouped::post(l)?;
+    let (mut recv, deadline) = (None, Instant::now() + flows::WAIT);
+    while send.is_none() || recv.is_none() {
+        if recv.is_none() {
+            recv = listen.accept().map_err(err)?;
+        }
+        if send.is_none() {
+            send = connecting.poll().map_err(err)?;
+        }
+        check_deadline(deadline, "connect/accept next to a full receive queue")?;
+    }
+    listen.close().map_err(err)?;
+    drop(connecting);
+    let (Some(send), Some(recv)) = (send, recv) else {
+        return Err("connect/accept ended without comms".into());
+    };
+    let mut late = Link { net, send, recv };
+    let deferred = bundle_counts().deferred - before.deferred;
+    if deferred == 0 {
+        return Err(
+            "the new comm's bundle receives found room in a full queue: \
+                    this check shows nothing"
+                .into(),
+        );
+    }
+    grouped.send_and_check(l, seed)?;
+    let data = payloads(seed, 2000);
+    send_burst(&mut late, &data, 80)?;
+    receive_each(&mut late, seed, 2000, 80)?;
+    let reposted = bundle_counts().reposted - before.reposted;
+    if reposted != 8 {
+        return Err(format!(
+            "{reposted} of the new comm's 8 bundle receives were posted after waiting"
+        ));
+    }
+    flows::close(late)
+}
+
 /// Grouped receives of more buffers than the provider's receive queue holds, on
 /// tags 51-58 (one per buffer of a group), and the requests that hold them.
 struct Grouped {
@@ -220,7 +276,7 @@ impl Grouped {
     /// Posts them: the queue fills, and the last group's posts wait in the
     /// receive backlog.
     fn post(l: &mut Link) -> R<Self> {
-        let groups = RX_QUEUE / GROUP + 1;
+        let groups = rx_queue()? / GROUP + 1;
         let mut bufs: Vec<Vec<u8>> = (0..groups * GROUP).map(|_| vec![0xa5u8; 512]).collect();
         let mut reqs = Vec::new();
         for g in bufs.chunks_mut(GROUP) {
