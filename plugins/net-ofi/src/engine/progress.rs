@@ -30,6 +30,11 @@ impl Engine {
     pub fn progress(&mut self) {
         self.read_cq();
         self.retry_backlog(false);
+        // Bundle receives the provider refused go first: NCCL's receives wait
+        // for them anyway (`rx_reserved_for_bundles`).
+        if !self.rx_unposted.is_empty() {
+            self.repost_bundle_recvs();
+        }
         self.retry_backlog(true);
         self.flush_bundles();
     }

@@ -255,9 +255,6 @@ impl Engine {
     /// Posts the open bundles of connections with nothing else in flight (run by
     /// every progress call, after the completions were read).
     pub(in crate::engine) fn flush_bundles(&mut self) {
-        if !self.rx_unposted.is_empty() {
-            self.repost_bundle_recvs();
-        }
         let mut i = 0;
         while let Some(&conn) = self.open_tx.get(i) {
             // (idle, overdue); a connection without a sending side just drops out.
