@@ -8,7 +8,7 @@ use std::time::Instant;
 use cclkit_host::net::{RecvBuffer, Request};
 use cclkit_net_ofi::bundle_counts;
 
-use crate::flows::{self, Link, check_deadline, say, wait};
+use crate::flows::{self, Link, check_deadline, post_one, say, wait};
 use crate::net::{R, Side, err};
 use crate::pattern::{Rng, fill, first_mismatch};
 
@@ -262,22 +262,10 @@ fn truncated(l: &mut Link) -> R<()> {
         return Err("the second and third sends were not bundled together".into());
     }
     let (mut one, mut small, mut five) = ([0u8; 4], [0u8; 100], [0u8; 8]);
-    let mut post = |buf: &mut [u8], tag: i32| -> R<Request> {
-        let b = RecvBuffer {
-            data: buf.as_mut_ptr(),
-            size: buf.len(),
-            tag,
-            mr: None,
-        };
-        // SAFETY: the buffers outlive the requests, completed below.
-        unsafe { l.recv.irecv(&[b], false) }
-            .map_err(err)?
-            .ok_or_else(|| "irecv not accepted".to_owned())
-    };
     let (rx, ry, rz) = (
-        post(&mut one, TAG + 2)?,
-        post(&mut small, TAG + 3)?,
-        post(&mut five, TAG + 4)?,
+        post_one(l, &mut one, TAG + 2)?,
+        post_one(l, &mut small, TAG + 3)?,
+        post_one(l, &mut five, TAG + 4)?,
     );
     let sizes = wait(Side::Recv(&mut l.recv), rx)?;
     if sizes != [1] || one[0] != 1 {

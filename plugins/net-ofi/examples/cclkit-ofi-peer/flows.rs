@@ -250,6 +250,30 @@ fn finish(side: &mut Side<'_>, seed: u64, f: Flight, sizes: &[usize]) -> R<()> {
     f.mrs.into_iter().try_for_each(|mr| side.dereg_mr(mr))
 }
 
+/// Posts one receive of `buf` with `tag` on `l`'s receive comm. The caller keeps
+/// `buf` alive until the request completed.
+pub fn post_one(l: &mut Link, buf: &mut [u8], tag: i32) -> R<Request> {
+    let one = RecvBuffer {
+        data: buf.as_mut_ptr(),
+        size: buf.len(),
+        tag,
+        mr: None,
+    };
+    // SAFETY: every caller keeps `buf` alive until the request completed.
+    unsafe { l.recv.irecv(&[one], false) }
+        .map_err(err)?
+        .ok_or_else(|| "irecv not accepted".to_owned())
+}
+
+/// Posts one send of `buf` with `tag` on `l`'s send comm. The caller keeps `buf`
+/// alive until the request completed.
+pub fn send_one(l: &mut Link, buf: &[u8], tag: i32) -> R<Request> {
+    // SAFETY: every caller keeps `buf` alive until the request completed.
+    unsafe { l.send.isend(buf.as_ptr(), buf.len(), tag, None) }
+        .map_err(err)?
+        .ok_or_else(|| "isend not accepted".to_owned())
+}
+
 /// Waits until `req` completes, returning its sizes.
 pub fn wait(mut side: Side<'_>, mut req: Request) -> R<Vec<usize>> {
     let deadline = Instant::now() + WAIT;

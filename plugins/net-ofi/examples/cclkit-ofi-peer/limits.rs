@@ -21,7 +21,7 @@ use cclkit_host::net::{RecvBuffer, Request};
 use cclkit_net_ofi::bundle_counts;
 
 use crate::bundles::{payloads, receive_each, send_burst};
-use crate::flows::{self, Link, check_deadline, say, wait};
+use crate::flows::{self, Link, check_deadline, post_one, say, send_one, wait};
 use crate::net::{Abi, Net, R, Side, err};
 use crate::pattern::{Rng, fill, first_mismatch};
 use crate::scenarios::self_link;
@@ -59,28 +59,6 @@ pub fn check(abi: Abi, seed: u64, bundles: bool) -> R<()> {
     flows::close(l)
 }
 
-/// Posts one receive of `buf` with `tag`.
-fn post(l: &mut Link, buf: &mut [u8], tag: i32) -> R<Request> {
-    let one = RecvBuffer {
-        data: buf.as_mut_ptr(),
-        size: buf.len(),
-        tag,
-        mr: None,
-    };
-    // SAFETY: every caller keeps `buf` alive until the request completed.
-    unsafe { l.recv.irecv(&[one], false) }
-        .map_err(err)?
-        .ok_or_else(|| "irecv not accepted".to_owned())
-}
-
-/// Posts one send of `buf` with `tag`.
-fn send(l: &mut Link, buf: &[u8], tag: i32) -> R<Request> {
-    // SAFETY: every caller keeps `buf` alive until the request completed.
-    unsafe { l.send.isend(buf.as_ptr(), buf.len(), tag, None) }
-        .map_err(err)?
-        .ok_or_else(|| "isend not accepted".to_owned())
-}
-
 /// Waits for a receive of one buffer and checks it holds message `id`.
 fn expect(l: &mut Link, r: Request, buf: &[u8], seed: u64, id: u64, want: usize) -> R<()> {
     let sizes = wait(Side::Recv(&mut l.recv), r)?;
@@ -101,8 +79,8 @@ fn held_open(l: &mut Link, seed: u64) -> R<()> {
     let mut small = vec![0u8; 99];
     fill(seed, 2, &mut small);
     let before = bundle_counts();
-    let mut rb = send(l, &big, 40)?;
-    let mut rs = send(l, &small, 41)?;
+    let mut rb = send_one(l, &big, 40)?;
+    let mut rs = send_one(l, &small, 41)?;
     let deadline = Instant::now() + BOUND_WAIT;
     while l.send.test(&mut rs).map_err(err)?.is_none() {
         check_deadline(
@@ -124,8 +102,8 @@ fn held_open(l: &mut Link, seed: u64) -> R<()> {
         ));
     }
     let (mut got_small, mut got_big) = (vec![0xa5u8; 128], vec![0xa5u8; 65536]);
-    let r_small = post(l, &mut got_small, 41)?;
-    let r_big = post(l, &mut got_big, 40)?;
+    let r_small = post_one(l, &mut got_small, 41)?;
+    let r_big = post_one(l, &mut got_big, 40)?;
     expect(l, r_small, &got_small, seed, 2, small.len())?;
     expect(l, r_big, &got_big, seed, 1, big.len())?;
     wait(Side::Send(&mut l.send), rb).map(drop)
@@ -156,7 +134,7 @@ fn starved(l: &mut Link, seed: u64) -> R<()> {
     for (b, data) in bursts.iter().enumerate() {
         let sends = data
             .iter()
-            .map(|d| send(l, d, 70 + b as i32))
+            .map(|d| send_one(l, d, 70 + b as i32))
             .collect::<R<Vec<_>>>()?;
         for r in sends {
             wait(Side::Send(&mut l.send), r)?;
@@ -170,7 +148,7 @@ fn starved(l: &mut Link, seed: u64) -> R<()> {
         ));
     }
     let mut probe_buf = [0u8; 8];
-    let mut probe = post(l, &mut probe_buf, 59)?;
+    let mut probe = post_one(l, &mut probe_buf, 59)?;
     await_early(l, &mut probe, before.early, sent.records - before.records)?;
     // More receives than the queue holds: some wait in the backlog.
     let grouped = Grouped::post(l)?;
@@ -183,7 +161,7 @@ fn starved(l: &mut Link, seed: u64) -> R<()> {
     let mut reqs = Vec::new();
     for (b, burst) in bufs.iter_mut().enumerate() {
         for buf in burst.iter_mut() {
-            reqs.push(post(l, buf, 70 + b as i32)?);
+            reqs.push(post_one(l, buf, 70 + b as i32)?);
         }
     }
     let deferred = bundle_counts().deferred - before.deferred;
@@ -208,7 +186,7 @@ fn starved(l: &mut Link, seed: u64) -> R<()> {
         }
     }
     let fin = [7u8; 8];
-    let s = send(l, &fin, 59)?;
+    let s = send_one(l, &fin, 59)?;
     wait(Side::Send(&mut l.send), s)?;
     let got = wait(Side::Recv(&mut l.recv), probe)?;
     if got != [8] || probe_buf != fin {
@@ -315,7 +293,7 @@ impl Grouped {
         let sends = out
             .iter()
             .enumerate()
-            .map(|(i, b)| send(l, b, 51 + (i % GROUP) as i32))
+            .map(|(i, b)| send_one(l, b, 51 + (i % GROUP) as i32))
             .collect::<R<Vec<_>>>()?;
         for r in sends {
             wait(Side::Send(&mut l.send), r)?;
