@@ -114,7 +114,8 @@ impl Drop for Device {
         let e = self.lock();
         nccl_info!(
             subsys::NET,
-            "NET/OFI: closing device {} ({}): {} posts waited for -FI_EAGAIN, {} registrations left",
+            "NET/OFI: closing device {} ({}): {} posts waited for room in the provider's queues \
+             (-FI_EAGAIN, or entries kept for bundle receives), {} registrations left",
             self.index,
             self.name,
             e.backlogged,

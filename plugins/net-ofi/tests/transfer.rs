@@ -138,7 +138,7 @@ fn tcp_v12_full_send_queue_with_bundles() {
         Some(|logs| {
             assert!(
                 waited(logs) > 0,
-                "no post hit -FI_EAGAIN:\n{}",
+                "no post waited for room in the provider's queues:\n{}",
                 logs.join("\n")
             )
         }),
@@ -147,7 +147,7 @@ fn tcp_v12_full_send_queue_with_bundles() {
 
 /// A receive queue just large enough for one comm's bundle receives (32: they
 /// take 8) under 32 requests in flight, grouped ones of 4 buffers among them:
-/// NCCL's receives wait for -FI_EAGAIN next to the standing bundle receives, and
+/// NCCL's receives wait for room next to the standing bundle receives, and
 /// bundles still flow.
 #[test]
 fn tcp_v12_small_receive_queue_with_bundles() {
@@ -158,19 +158,20 @@ fn tcp_v12_small_receive_queue_with_bundles() {
         Some(|logs| {
             assert!(
                 waited(logs) > 0,
-                "no post hit -FI_EAGAIN:\n{}",
+                "no post waited for room in the provider's queues:\n{}",
                 logs.join("\n")
             )
         }),
     );
 }
 
-/// Posts that waited for -FI_EAGAIN, as both processes logged them.
+/// Posts that waited for room in the provider's queues, as both processes logged
+/// them.
 fn waited(logs: &[String; 2]) -> u64 {
     logs.iter()
         .flat_map(|l| l.lines())
         .filter_map(|l| {
-            let head = &l[..l.find(" posts waited for -FI_EAGAIN")?];
+            let head = &l[..l.find(" posts waited for room")?];
             head.rsplit(' ').next()?.parse::<u64>().ok()
         })
         .sum()
@@ -192,7 +193,7 @@ fn tcp_v12_full_queues() {
         Some(|logs| {
             assert!(
                 waited(logs) > 0,
-                "no post hit -FI_EAGAIN:\n{}",
+                "no post waited for room in the provider's queues:\n{}",
                 logs.join("\n")
             )
         }),

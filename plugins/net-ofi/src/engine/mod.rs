@@ -220,7 +220,8 @@ pub struct Engine {
     /// receives in it now: those leave room for every bundle buffer (`bundle/rx.rs`).
     rx_queue: usize,
     rx_posted: usize,
-    /// Posts that had to wait in the backlog (reported when the device closes).
+    /// Posts that had to wait in a backlog, for `-FI_EAGAIN` or the entries kept for
+    /// bundle receives (reported when the device closes).
     pub backlogged: u64,
     peers: HashMap<Vec<u8>, u64>,
     conns: HashMap<u64, Conn, BuildHasherDefault<ConnKeyHasher>>,
