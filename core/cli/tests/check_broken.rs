@@ -6,8 +6,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -29,23 +28,8 @@ fn check(lib: &str, args: &[&str]) -> (i32, Value) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
     cmd.args(["check", lib, "--json", "--jobs", "2", "--seed", "12345"])
         .args(args)
-        .env_remove("NCCL_DEBUG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(Duration::from_secs(180)) {
-        Ok(o) => o.expect("output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the child we spawned.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("cclkit check {lib} did not finish within 180 s");
-        }
-    };
+        .env_remove("NCCL_DEBUG");
+    let out = common::run_bounded(cmd, Duration::from_secs(180));
     let text = String::from_utf8_lossy(&out.stdout);
     let r = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
     (out.status.code().unwrap_or(-1), r)

@@ -3,11 +3,11 @@
 //! fixture (`tests/fixtures/profiler/broken_profiler.c`) fails exactly the check
 //! its defect belongs to, crashes and hangs included, and the other checks still run.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use cclkit_tests::cplugin::{Plugins, s};
@@ -31,24 +31,8 @@ type Results = BTreeMap<(u64, String), (String, String)>;
 fn check(lib: &Path) -> (i32, Results) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
     cmd.args(["check", "--json", "--timeout", "4", "--jobs", "2", &s(lib)])
-        .env("CCLKIT_PROFILE_SUMMARY", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id() as i32;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(Duration::from_secs(180)) {
-        Ok(o) => o.expect("cclkit output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the process group created for this child.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            panic!("cclkit check {} did not finish", lib.display());
-        }
-    };
+        .env("CCLKIT_PROFILE_SUMMARY", "0");
+    let out = common::run_bounded(cmd, Duration::from_secs(180));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{e}: {}{}",

@@ -8,8 +8,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -31,23 +30,8 @@ fn cclkit(args: &[&str], standin_dir: &Path, env: &[(&str, &str)]) -> Run {
         .env_remove("CCLKIT_CUDA_STANDIN_TRACE")
         .env_remove("NCCL_DEBUG")
         .env("CCLKIT_CUDA_STANDIN_DIR", standin_dir)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(Duration::from_secs(240)) {
-        Ok(o) => o.expect("output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the child we spawned.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("cclkit {args:?} did not finish within 240 s");
-        }
-    };
+        .envs(env.iter().copied());
+    let out = common::run_bounded(cmd, Duration::from_secs(240));
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -11,10 +11,10 @@
 //!
 //! Every run is bounded: the process group is killed after 120 s.
 
-use std::os::unix::process::CommandExt;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use cclkit_tests::cplugin::{Plugins, fixture, s};
@@ -56,24 +56,8 @@ fn cclkit(args: &[&str], env: &[(&str, &str)]) -> Output {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("CCLKIT_OP_TIMEOUT", "60")
         .env("CCLKIT_BOOTSTRAP_TIMEOUT", "60")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id() as i32;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.expect("cclkit output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the process group created for this child.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            panic!("cclkit {args:?} did not finish within 120 s");
-        }
-    }
+        .envs(env.iter().copied());
+    common::run_bounded(cmd, Duration::from_secs(120))
 }
 
 fn text(b: &[u8]) -> String {

@@ -2,9 +2,9 @@
 //! transport, nccl-tests' text format, the data check, `--json`, and clear errors.
 //! Every run is bounded: the launcher's process group is killed after 120 s.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+mod common;
+
+use std::process::{Command, Output};
 use std::time::Duration;
 
 /// Runs `cclkit perf ARGS` (built-in transport, bounded timeouts); kills the whole
@@ -24,24 +24,8 @@ fn perf_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         .env("NCCL_NET_PLUGIN", "none")
         .env("NCCL_TUNER_PLUGIN", "none")
         .env("CCLKIT_OP_TIMEOUT", "60")
-        .env("CCLKIT_BOOTSTRAP_TIMEOUT", "60")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id() as i32;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.expect("cclkit output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the process group we created for this child.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            panic!("cclkit perf {args:?} did not finish within 120 s");
-        }
-    }
+        .env("CCLKIT_BOOTSTRAP_TIMEOUT", "60");
+    common::run_bounded(cmd, Duration::from_secs(120))
 }
 
 fn text(b: &[u8]) -> String {

@@ -5,10 +5,10 @@
 //! and byte counts; with a net plugin, its events nest under send and receive
 //! steps, and ProxyCtrl events report the proxy's appends, activity and sleeps.
 
+mod common;
+
 use std::collections::HashMap;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use rand::Rng;
@@ -30,24 +30,8 @@ fn perf_env(args: &[&str], lib_dir: &std::path::Path, env: &[(&str, &str)]) -> O
         .env("NCCL_TUNER_PLUGIN", "none")
         .env("CCLKIT_PROFILE_SUMMARY", "0")
         .env("CCLKIT_OP_TIMEOUT", "60")
-        .env("CCLKIT_BOOTSTRAP_TIMEOUT", "60")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id() as i32;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.expect("cclkit output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the process group we created for this child.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            panic!("cclkit perf {args:?} did not finish within 120 s");
-        }
-    }
+        .env("CCLKIT_BOOTSTRAP_TIMEOUT", "60");
+    common::run_bounded(cmd, Duration::from_secs(120))
 }
 
 /// One complete ("X") slice of a trace.

@@ -7,15 +7,20 @@ pub use cclkit_tests::plugin as rust_plugin;
 pub mod standin;
 pub mod tune;
 
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Runs `cmd` with piped output; kills it (SIGKILL) and fails the test past `limit`.
+/// Runs `cmd` with piped output, in a process group of its own; past `limit` it
+/// kills the whole group (SIGKILL: a launcher and its ranks too) and fails the
+/// test.
 pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     let child = cmd.spawn().expect("spawn cclkit");
-    let pid = child.id();
+    let pid = child.id() as i32;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
@@ -23,8 +28,8 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     match rx.recv_timeout(limit) {
         Ok(out) => out.expect("cclkit output"),
         Err(_) => {
-            // SAFETY: kill(2) of the child we spawned.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            // SAFETY: kill(2) of the process group created for this child.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
             panic!("{cmd:?} did not finish within {limit:?}");
         }
     }
