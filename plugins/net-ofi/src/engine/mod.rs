@@ -6,9 +6,9 @@
 //! recycled with a generation count, so a stale [`OpId`] is never confused with
 //! a new operation. Posts that get `-FI_EAGAIN` wait in a FIFO backlog that every
 //! progress call retries, so `isend`/`irecv` never spin and never lose order.
-//! Sends and receives have a backlog each, as the provider has a queue each: a
-//! full receive queue must not hold up the sends that would empty it (or a
-//! liveness ping), nor a full send queue the receives.
+//! Sends, control receives and data receives have a backlog each: a full
+//! receive queue must not hold up the sends that would empty it (or a liveness
+//! ping), nor NCCL's waiting receives a connection being set up.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -95,27 +95,33 @@ impl From<FiError> for Failure {
     }
 }
 
-/// Posts waiting for room in the provider's queues, oldest first.
+/// Posts waiting for room in the provider's queues, oldest first, one FIFO per
+/// kind of post, so that no kind waits behind another.
 #[derive(Debug, Default)]
 struct Backlog {
-    sends: VecDeque<(OpId, Post)>,
-    recvs: VecDeque<(OpId, Post)>,
+    lanes: [VecDeque<(OpId, Post)>; 3],
+}
+
+/// The kinds of post that wait apart (`Backlog`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Send = 0,
+    /// Connect, accept and ping receives: few, and never behind data.
+    CtrlRecv = 1,
+    DataRecv = 2,
 }
 
 impl Backlog {
-    /// The queue of sends, or of receives.
-    fn queue(&mut self, recvs: bool) -> &mut VecDeque<(OpId, Post)> {
-        if recvs {
-            &mut self.recvs
-        } else {
-            &mut self.sends
-        }
+    /// The posts of one lane.
+    fn queue(&mut self, lane: Lane) -> &mut VecDeque<(OpId, Post)> {
+        &mut self.lanes[lane as usize]
     }
 
-    /// Drops `op` from whichever queue holds it.
+    /// Drops `op` from whichever lane holds it.
     fn remove(&mut self, op: OpId) {
-        self.sends.retain(|(o, _)| *o != op);
-        self.recvs.retain(|(o, _)| *o != op);
+        for q in &mut self.lanes {
+            q.retain(|(o, _)| *o != op);
+        }
     }
 }
 
@@ -383,12 +389,18 @@ impl Engine {
         }
     }
 
-    /// Tries one post. `Ok(false)` = `-FI_EAGAIN`, or a receive that must leave
-    /// the rest of the receive queue to the bundle buffers.
+    /// Tries one post. `Ok(false)` = `-FI_EAGAIN`, or a data receive that must
+    /// leave the rest of the receive queue to the bundle buffers and control
+    /// receives. Control receives (connect, accept, pings) never wait for that:
+    /// they are few, and setting up a connection must not wait for data.
     fn try_post(&mut self, op: OpId, post: Post) -> std::result::Result<bool, FiError> {
-        let counted = matches!(post, Post::Recv { .. })
-            && self.slots[op.idx as usize].owner != Owner::BundleRx;
-        if counted && self.rx_reserved_for_bundles() {
+        let (counted, data) = match post {
+            Post::Recv { tag, .. } if self.slots[op.idx as usize].owner != Owner::BundleRx => {
+                (true, self.layout.comm_of(tag).is_some())
+            }
+            _ => (false, false),
+        };
+        if data && self.rx_reserved_for_bundles() {
             return Ok(false);
         }
         let ctx: *mut sys::fi_context2 = &mut self.slots[op.idx as usize].ctx;
@@ -446,8 +458,8 @@ impl Engine {
     /// reading completions. Never reads the CQ itself, so it is safe to call while
     /// completions are being handled (the ping sink re-posts from there).
     fn submit(&mut self, op: OpId, post: Post) -> Result<OpId> {
-        let recv = matches!(post, Post::Recv { .. });
-        if self.backlog.queue(recv).is_empty() {
+        let lane = self.lane(post);
+        if self.backlog.queue(lane).is_empty() {
             match self.try_post(op, post) {
                 Ok(true) => return Ok(op),
                 Ok(false) => {}
@@ -458,8 +470,17 @@ impl Engine {
             }
         }
         self.backlogged += 1;
-        self.backlog.queue(recv).push_back((op, post));
+        self.backlog.queue(lane).push_back((op, post));
         Ok(op)
+    }
+
+    /// Which backlog `post` waits in.
+    fn lane(&self, post: Post) -> Lane {
+        match post {
+            Post::Send { .. } => Lane::Send,
+            Post::Recv { tag, .. } if self.layout.comm_of(tag).is_some() => Lane::DataRecv,
+            Post::Recv { .. } => Lane::CtrlRecv,
+        }
     }
 
     /// Posts a tagged send of NCCL memory (the data path calls

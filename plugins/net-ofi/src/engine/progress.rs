@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use cclkit_abi::nccl_warn;
 
-use super::{Engine, Failure, Owner, Slot, State};
+use super::{Engine, Failure, Lane, Owner, Slot, State};
 use crate::sys;
 
 const CQ_BATCH: usize = 16;
@@ -29,27 +29,28 @@ impl Engine {
     /// Reads completions and retries backlogged posts.
     pub fn progress(&mut self) {
         self.read_cq();
-        self.retry_backlog(false);
-        // Bundle receives the provider refused go first: NCCL's receives wait
-        // for them anyway (`rx_reserved_for_bundles`).
+        self.retry_backlog(Lane::Send);
+        self.retry_backlog(Lane::CtrlRecv);
+        // Bundle receives the provider refused go before NCCL's receives, which
+        // wait for them anyway (`rx_reserved_for_bundles`).
         if !self.rx_unposted.is_empty() {
             self.repost_bundle_recvs();
         }
-        self.retry_backlog(true);
+        self.retry_backlog(Lane::DataRecv);
         self.flush_bundles();
     }
 
-    /// Posts the backlogged sends (or receives) in order until the provider's
-    /// queue is full again.
-    fn retry_backlog(&mut self, recvs: bool) {
-        while let Some(&(op, post)) = self.backlog.queue(recvs).front() {
+    /// Posts the backlogged posts of `lane` in order until the provider's queue
+    /// is full again.
+    fn retry_backlog(&mut self, lane: Lane) {
+        while let Some(&(op, post)) = self.backlog.queue(lane).front() {
             match self.try_post(op, post) {
                 Ok(true) => {
-                    self.backlog.queue(recvs).pop_front();
+                    self.backlog.queue(lane).pop_front();
                 }
                 Ok(false) => return,
                 Err(e) => {
-                    self.backlog.queue(recvs).pop_front();
+                    self.backlog.queue(lane).pop_front();
                     self.complete(op.idx, Err(e.into()));
                 }
             }

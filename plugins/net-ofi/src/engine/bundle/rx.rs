@@ -17,6 +17,9 @@ use crate::tags::Ctrl;
 /// piled up in `ofi_rxm`'s unexpected list, which every later receive post
 /// scans, and 4 KiB streams ran at 0.15-0.8x the raw loop instead of 1.5x.
 const RX_BUFFERS: usize = 8;
+/// Receive-queue entries NCCL's receives leave to control receives when bundles
+/// are on (see [`Engine::rx_reserved_for_bundles`]).
+const CTRL_ENTRIES: usize = 4;
 
 /// A posted receive a record may fill instead of its own message.
 struct Waiter {
@@ -73,14 +76,17 @@ impl Engine {
         self.bundle_rx_budget = rx_queue / 4;
     }
 
-    /// Whether a receive other than a bundle receive must wait (in the backlog):
-    /// the entries left in the receive queue belong to the bundle buffers. Those
+    /// Whether a data receive must wait (in the backlog): the entries left in
+    /// the receive queue belong to the bundle buffers. Those
     /// are posted, or held for records, or about to be posted again; were NCCL's
     /// receives to take their entries, a receive comm could be left with no
     /// bundle receive posted while NCCL's receives wait for records in bundles
     /// nobody receives, and no receive would ever complete to make room.
+    /// A few entries past those stay free for control receives (connect,
+    /// accept, pings), so setting up a connection never waits for data.
     pub(in crate::engine) fn rx_reserved_for_bundles(&self) -> bool {
-        self.bundle_rx_standing > 0 && self.rx_posted + self.bundle_rx_standing >= self.rx_queue
+        self.bundle_rx_standing > 0
+            && self.rx_posted + self.bundle_rx_standing + CTRL_ENTRIES >= self.rx_queue
     }
 
     /// Slot `idx` is done with the provider's receive queue (completed or freed).
