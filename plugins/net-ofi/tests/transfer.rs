@@ -135,13 +135,7 @@ fn tcp_v12_full_send_queue_with_bundles() {
         "tcp;ofi_rxm",
         "12",
         &[("FI_OFI_RXM_TX_SIZE", "4"), ("NCCL_DEBUG", "INFO")],
-        Some(|logs| {
-            assert!(
-                waited(logs) > 0,
-                "no post waited for room in the provider's queues:\n{}",
-                logs.join("\n")
-            )
-        }),
+        Some(some_post_waited),
     );
 }
 
@@ -155,26 +149,26 @@ fn tcp_v12_small_receive_queue_with_bundles() {
         "tcp;ofi_rxm",
         "12",
         &[("FI_OFI_RXM_RX_SIZE", "32"), ("NCCL_DEBUG", "INFO")],
-        Some(|logs| {
-            assert!(
-                waited(logs) > 0,
-                "no post waited for room in the provider's queues:\n{}",
-                logs.join("\n")
-            )
-        }),
+        Some(some_post_waited),
     );
 }
 
-/// Posts that waited for room in the provider's queues, as both processes logged
-/// them.
-fn waited(logs: &[String; 2]) -> u64 {
-    logs.iter()
+/// Fails unless a post waited for room in the provider's queues, as both
+/// processes logged their counts when closing (`NCCL_DEBUG=INFO`).
+fn some_post_waited(logs: &[String; 2]) {
+    let waited: u64 = logs
+        .iter()
         .flat_map(|l| l.lines())
         .filter_map(|l| {
             let head = &l[..l.find(" posts waited for room")?];
             head.rsplit(' ').next()?.parse::<u64>().ok()
         })
-        .sum()
+        .sum();
+    assert!(
+        waited > 0,
+        "no post waited for room in the provider's queues:\n{}",
+        logs.join("\n")
+    );
 }
 
 /// Tiny provider queues (4 entries under 32 requests in flight) make posts fail
@@ -190,12 +184,6 @@ fn tcp_v12_full_queues() {
             ("FI_OFI_RXM_RX_SIZE", "4"),
             ("NCCL_DEBUG", "INFO"),
         ],
-        Some(|logs| {
-            assert!(
-                waited(logs) > 0,
-                "no post waited for room in the provider's queues:\n{}",
-                logs.join("\n")
-            )
-        }),
+        Some(some_post_waited),
     );
 }

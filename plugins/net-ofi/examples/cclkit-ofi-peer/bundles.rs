@@ -5,11 +5,11 @@
 
 use std::time::Instant;
 
-use cclkit_host::net::{RecvBuffer, Request};
+use cclkit_host::net::Request;
 use cclkit_net_ofi::bundle_counts;
 
-use crate::flows::{self, Link, check_deadline, post_one, say, wait};
-use crate::net::{R, Side, err};
+use crate::flows::{self, Link, check_deadline, post_one, say, send_one, wait};
+use crate::net::{R, Side};
 use crate::pattern::{Rng, fill, first_mismatch};
 
 /// Odd sizes, all small enough to bundle; the first goes out on its own (nothing
@@ -45,9 +45,8 @@ pub fn send_burst(l: &mut Link, data: &[Vec<u8>], tag: i32) -> R<()> {
     let before = bundle_counts();
     let mut reqs = Vec::new();
     for d in data {
-        // SAFETY: `data` outlives the requests, which complete below.
-        let r = unsafe { l.send.isend(d.as_ptr(), d.len(), tag, None) }.map_err(err)?;
-        reqs.push(r.ok_or("isend not accepted")?);
+        // `data` outlives the requests, which complete below.
+        reqs.push(send_one(l, d, tag)?);
     }
     for r in reqs {
         wait(Side::Send(&mut l.send), r)?;
@@ -69,16 +68,7 @@ pub fn send_burst(l: &mut Link, data: &[Vec<u8>], tag: i32) -> R<()> {
 pub fn receive_each(l: &mut Link, seed: u64, first_id: u64, tag: i32) -> R<()> {
     for (i, &want) in SIZES.iter().enumerate() {
         let mut buf = vec![0xa5u8; 4096 + 64];
-        let one = RecvBuffer {
-            data: buf.as_mut_ptr(),
-            size: buf.len(),
-            tag,
-            mr: None,
-        };
-        // SAFETY: `buf` outlives the request (waited for right below).
-        let r = unsafe { l.recv.irecv(&[one], false) }
-            .map_err(err)?
-            .ok_or("irecv not accepted")?;
+        let r = post_one(l, &mut buf, tag)?;
         let sizes = wait(Side::Recv(&mut l.recv), r)?;
         if sizes != [want] {
             return Err(format!("message {i}: test reported {sizes:?}, sent {want}"));
@@ -102,16 +92,8 @@ fn early_records(l: &mut Link, seed: u64) -> R<()> {
     // Let the bundle reach the receiving comm while no receive waits for it: a
     // receive on another tag keeps the engine progressing meanwhile.
     let mut probe = [0u8; 8];
-    let other = RecvBuffer {
-        data: probe.as_mut_ptr(),
-        size: probe.len(),
-        tag: TAG + 100,
-        mr: None,
-    };
-    // SAFETY: `probe` outlives the request, completed at the end of this function.
-    let mut pending = unsafe { l.recv.irecv(&[other], false) }
-        .map_err(err)?
-        .ok_or("irecv not accepted")?;
+    // `probe` outlives the request, completed at the end of this function.
+    let mut pending = post_one(l, &mut probe, TAG + 100)?;
     let until = Instant::now() + std::time::Duration::from_millis(200);
     while Instant::now() < until {
         if Side::Recv(&mut l.recv).test(&mut pending)?.is_some() {
@@ -132,10 +114,7 @@ fn early_records(l: &mut Link, seed: u64) -> R<()> {
 /// Satisfies the other-tag receive with a send of its own.
 fn finish_probe(l: &mut Link, pending: Request) -> R<()> {
     let b = [9u8; 8];
-    // SAFETY: `b` outlives the request, waited for right below.
-    let s = unsafe { l.send.isend(b.as_ptr(), b.len(), TAG + 100, None) }
-        .map_err(err)?
-        .ok_or("isend not accepted")?;
+    let s = send_one(l, &b, TAG + 100)?;
     wait(Side::Send(&mut l.send), s)?;
     let sizes = wait(Side::Recv(&mut l.recv), pending)?;
     (sizes == [8])
@@ -150,15 +129,8 @@ fn posted_receives(l: &mut Link, seed: u64) -> R<()> {
     let mut bufs: Vec<Vec<u8>> = (0..data.len()).map(|_| vec![0xa5u8; 4096 + 64]).collect();
     let mut reqs = Vec::new();
     for b in &mut bufs {
-        let one = RecvBuffer {
-            data: b.as_mut_ptr(),
-            size: b.len(),
-            tag: TAG + 1,
-            mr: None,
-        };
-        // SAFETY: `bufs` outlives the requests, all waited for below.
-        let r = unsafe { l.recv.irecv(&[one], false) }.map_err(err)?;
-        reqs.push(r.ok_or("irecv not accepted")?);
+        // `bufs` outlives the requests, all waited for below.
+        reqs.push(post_one(l, b, TAG + 1)?);
     }
     send_burst(l, &data, TAG + 1)?;
     for (i, (r, b)) in reqs.into_iter().zip(&bufs).enumerate() {
@@ -177,21 +149,10 @@ fn posted_receives(l: &mut Link, seed: u64) -> R<()> {
     let n = 1 + rng.below(100);
     let mut got = vec![0u8; 128];
     let out: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
-    let one = RecvBuffer {
-        data: got.as_mut_ptr(),
-        size: got.len(),
-        tag: TAG + 1,
-        mr: None,
-    };
-    // SAFETY: both buffers outlive their requests, waited for right below.
-    let (r, s) = unsafe {
-        (
-            l.recv.irecv(&[one], false).map_err(err)?,
-            l.send.isend(out.as_ptr(), n, TAG + 1, None).map_err(err)?,
-        )
-    };
-    wait(Side::Send(&mut l.send), s.ok_or("isend not accepted")?)?;
-    let sizes = wait(Side::Recv(&mut l.recv), r.ok_or("irecv not accepted")?)?;
+    let r = post_one(l, &mut got, TAG + 1)?;
+    let s = send_one(l, &out, TAG + 1)?;
+    wait(Side::Send(&mut l.send), s)?;
+    let sizes = wait(Side::Recv(&mut l.recv), r)?;
     if sizes != [n] || got[..n] != out[..] {
         return Err(format!("after the bundles: got {sizes:?}"));
     }
@@ -203,35 +164,17 @@ fn posted_receives(l: &mut Link, seed: u64) -> R<()> {
 fn lone_record(l: &mut Link) -> R<()> {
     let (a, b) = ([4u8; 3], [5u8; 77]);
     let before = bundle_counts();
-    // SAFETY: the buffers outlive the requests, waited for below.
-    let (ra, rb) = unsafe {
-        (
-            l.send
-                .isend(a.as_ptr(), a.len(), TAG + 5, None)
-                .map_err(err)?,
-            l.send
-                .isend(b.as_ptr(), b.len(), TAG + 5, None)
-                .map_err(err)?,
-        )
-    };
-    wait(Side::Send(&mut l.send), ra.ok_or("isend not accepted")?)?;
-    wait(Side::Send(&mut l.send), rb.ok_or("isend not accepted")?)?;
+    // Back to back: the second queues behind the first.
+    let (ra, rb) = (send_one(l, &a, TAG + 5)?, send_one(l, &b, TAG + 5)?);
+    wait(Side::Send(&mut l.send), ra)?;
+    wait(Side::Send(&mut l.send), rb)?;
     let now = bundle_counts();
     if (now.bundles, now.records) != (before.bundles, before.records) {
         return Err(format!("a lone queued send went as a bundle: {now:?}"));
     }
     for want in [&a[..], &b[..]] {
         let mut got = [0u8; 128];
-        let one = RecvBuffer {
-            data: got.as_mut_ptr(),
-            size: got.len(),
-            tag: TAG + 5,
-            mr: None,
-        };
-        // SAFETY: `got` outlives the request, waited for right below.
-        let r = unsafe { l.recv.irecv(&[one], false) }
-            .map_err(err)?
-            .ok_or("irecv not accepted")?;
+        let r = post_one(l, &mut got, TAG + 5)?;
         let sizes = wait(Side::Recv(&mut l.recv), r)?;
         if sizes != [want.len()] || got[..want.len()] != *want {
             return Err(format!("lone record: got {sizes:?}"));
@@ -251,9 +194,8 @@ fn truncated(l: &mut Link) -> R<()> {
         (&big[..], TAG + 3),
         (&tail[..], TAG + 4),
     ] {
-        // SAFETY: the buffers outlive the requests, waited for below.
-        let r = unsafe { l.send.isend(b.as_ptr(), b.len(), tag, None) }.map_err(err)?;
-        sends.push(r.ok_or("isend not accepted")?);
+        // The buffers outlive the requests, waited for below.
+        sends.push(send_one(l, b, tag)?);
     }
     for r in sends {
         wait(Side::Send(&mut l.send), r)?;

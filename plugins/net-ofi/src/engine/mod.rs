@@ -394,13 +394,9 @@ impl Engine {
     /// receives. Control receives (connect, accept, pings) never wait for that:
     /// they are few, and setting up a connection must not wait for data.
     fn try_post(&mut self, op: OpId, post: Post) -> std::result::Result<bool, FiError> {
-        let (counted, data) = match post {
-            Post::Recv { tag, .. } if self.slots[op.idx as usize].owner != Owner::BundleRx => {
-                (true, self.layout.comm_of(tag).is_some())
-            }
-            _ => (false, false),
-        };
-        if data && self.rx_reserved_for_bundles() {
+        let lane = self.lane(post);
+        let counted = lane != Lane::Send && self.slots[op.idx as usize].owner != Owner::BundleRx;
+        if lane == Lane::DataRecv && counted && self.rx_reserved_for_bundles() {
             return Ok(false);
         }
         let ctx: *mut sys::fi_context2 = &mut self.slots[op.idx as usize].ctx;
@@ -481,60 +477,6 @@ impl Engine {
             Post::Recv { tag, .. } if self.layout.comm_of(tag).is_some() => Lane::DataRecv,
             Post::Recv { .. } => Lane::CtrlRecv,
         }
-    }
-
-    /// Posts a tagged send of NCCL memory (the data path calls
-    /// [`Engine::send_data`], which may bundle it instead).
-    ///
-    /// # Safety
-    /// `buf` must stay valid for `len` bytes until the operation completes or is
-    /// abandoned; `desc` must be NULL or a live registration covering it.
-    unsafe fn send(
-        &mut self,
-        conn: u64,
-        buf: *const u8,
-        len: usize,
-        desc: usize,
-        tag: u64,
-    ) -> Result<OpId> {
-        let dest = self.conn(conn)?.peer;
-        let op = self.alloc(Owner::Caller, false, Some(conn), None);
-        self.submit(
-            op,
-            Post::Send {
-                buf: buf as usize,
-                len,
-                desc,
-                dest,
-                tag,
-            },
-        )
-    }
-
-    /// Posts a tagged receive into NCCL memory (the data path calls
-    /// [`Engine::recv_data`], which may fill it from a bundle instead).
-    ///
-    /// # Safety
-    /// As [`Engine::send`], for writes.
-    unsafe fn recv(
-        &mut self,
-        conn: u64,
-        buf: *mut u8,
-        len: usize,
-        desc: usize,
-        tag: u64,
-    ) -> Result<OpId> {
-        let op = self.alloc(Owner::Caller, true, Some(conn), None);
-        self.submit(
-            op,
-            Post::Recv {
-                buf: buf as usize,
-                len,
-                desc,
-                tag,
-                ignore: 0,
-            },
-        )
     }
 
     /// State of `op` (an unknown id reads as failed).

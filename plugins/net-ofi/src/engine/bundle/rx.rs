@@ -98,7 +98,7 @@ impl Engine {
     }
 
     /// Makes connection `conn` (receive comm `comm_id`) take bundles of up to
-    /// `max` bytes: posts [`RX_BUFFERS`] bundle receives. `false` (nothing done)
+    /// `max` bytes: posts `RX_BUFFERS` (8) bundle receives. `false` (nothing done)
     /// when the endpoint's budget of standing receives is spent.
     pub fn enable_bundle_rx(&mut self, conn: u64, comm_id: u16, max: usize) -> Result<bool> {
         if self.bundle_rx_standing + RX_BUFFERS > self.bundle_rx_budget {
@@ -218,8 +218,17 @@ impl Engine {
             self.record_taken(conn, s.held);
             return Ok(op);
         }
-        // SAFETY: forwarded contract.
-        let op = unsafe { self.recv(conn, buf, len, desc, tag) }?;
+        let op = self.alloc(Owner::Caller, true, Some(conn), None);
+        let post = Post::Recv {
+            buf: buf as usize,
+            len,
+            desc,
+            tag,
+            ignore: 0,
+        };
+        // `buf` stays valid and writable until the operation completes (caller's
+        // contract).
+        let op = self.submit(op, post)?;
         if let Some(rx) = self.rx(conn) {
             rx.waiters.push(Waiter {
                 tag,

@@ -107,8 +107,17 @@ impl Engine {
         // larger one (a rendezvous) completes once the receiver posted its
         // receive, which may wait for a record in the open bundle.
         let counted = self.tx(conn).is_some_and(|tx| len <= tx.max);
-        // SAFETY: forwarded contract.
-        let op = unsafe { self.send(conn, buf, len, desc, tag) }?;
+        let dest = self.conn(conn)?.peer;
+        let op = self.alloc(Owner::Caller, false, Some(conn), None);
+        let post = Post::Send {
+            buf: buf as usize,
+            len,
+            desc,
+            dest,
+            tag,
+        };
+        // `buf` stays valid until the operation completes (caller's contract).
+        let op = self.submit(op, post)?;
         if counted {
             self.count_send(op);
         }
