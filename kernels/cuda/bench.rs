@@ -137,6 +137,8 @@ fn run(args: &Args) -> Result<(), CudaError> {
         (DataType::FLOAT32, RedOp::MAX, 1),
         (DataType::FLOAT32, RedOp::AVG, 8),
         (DataType::FLOAT64, RedOp::SUM, 1),
+        (DataType::FLOAT64, RedOp::MIN, 1),
+        (DataType::FLOAT16, RedOp::MAX, 1),
         (DataType::FLOAT16, RedOp::SUM, 1),
         (DataType::BFLOAT16, RedOp::SUM, 1),
         (DataType::FLOAT8E4M3, RedOp::SUM, 1),

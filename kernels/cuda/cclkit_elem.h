@@ -14,7 +14,7 @@
 //   * f16, bf16 and fp8 are widened to f32, computed, and rounded once back
 //     (nearest even; f16/bf16 overflow to infinity, fp8 saturates like
 //     __NV_SATFINITE), with the same branch-free bit manipulation as float.rs;
-//   * min/max are IEEE minimumNumber/maximumNumber through an integer key
+//   * min/max are IEEE minimumNumber/maximumNumber on the raw bits
 //     (a NaN loses to a number, -0 < +0, the result is one of the inputs).
 #ifndef CCLKIT_ELEM_H
 #define CCLKIT_ELEM_H
@@ -168,27 +168,33 @@ CCLKIT_FN u8 f32_to_e5m2(float f) {
 
 // ---- minimumNumber / maximumNumber on raw bits (element.rs float_minmax!) ----
 
-// Signed key that orders like the float, with -0 < +0.
-#define CCLKIT_MINMAX(NAME, BITS, SIGNED, ABS, NAN_ABOVE)                      \
-  CCLKIT_FN SIGNED NAME##_key(BITS b) {                                        \
-    SIGNED s = (SIGNED)b;                                                      \
-    SIGNED m = (SIGNED)(s < 0 ? (BITS)(ABS) : (BITS)0);                        \
-    return (SIGNED)(s ^ m);                                                    \
+// `a` orders at or below `b` (-0 < +0): a negative below a positive, and among
+// two negatives the larger magnitude below. Written with unsigned operations
+// only. The earlier form, a signed key `s ^ (s < 0 ? ABS : 0)`, was right on the
+// CPU but clang-14's NVPTX backend turned the 64-bit mask into `bfe.u64 d, s,
+// 63, 63`, which yields 0 or 1 rather than the mask (an unsigned bit-field
+// extract past bit 63 fills with zeros): f64 min/max were wrong for two
+// negatives on a real GPU (H200, 2026-12-04) while the emulator passed.
+#define CCLKIT_MINMAX(NAME, BITS, ABS, NAN_ABOVE)                              \
+  CCLKIT_FN bool NAME##_neg(BITS b) { return (BITS)(b & (BITS)~(BITS)(ABS)) != 0; } \
+  CCLKIT_FN bool NAME##_le(BITS a, BITS b) {                                   \
+    bool an = NAME##_neg(a), bn = NAME##_neg(b);                               \
+    return an != bn ? an : (an ? a >= b : a <= b);                             \
   }                                                                            \
   CCLKIT_FN bool NAME##_nan(BITS b) { return (BITS)(b & (BITS)(ABS)) > (BITS)(NAN_ABOVE); } \
   CCLKIT_FN BITS NAME##_min(BITS a, BITS b) {                                  \
-    return (NAME##_nan(b) || (!NAME##_nan(a) && NAME##_key(a) <= NAME##_key(b))) ? a : b; \
+    return (NAME##_nan(b) || (!NAME##_nan(a) && NAME##_le(a, b))) ? a : b;     \
   }                                                                            \
   CCLKIT_FN BITS NAME##_max(BITS a, BITS b) {                                  \
-    return (NAME##_nan(b) || (!NAME##_nan(a) && NAME##_key(a) >= NAME##_key(b))) ? a : b; \
+    return (NAME##_nan(b) || (!NAME##_nan(a) && NAME##_le(b, a))) ? a : b;     \
   }
 
-CCLKIT_MINMAX(mm16, u16, short, 0x7fffu, 0x7c00u)
-CCLKIT_MINMAX(mmbf16, u16, short, 0x7fffu, 0x7f80u)
-CCLKIT_MINMAX(mm32, u32, int, 0x7fffffffu, 0x7f800000u)
-CCLKIT_MINMAX(mm64, u64, long long, 0x7fffffffffffffffull, 0x7ff0000000000000ull)
-CCLKIT_MINMAX(mme4m3, u8, signed char, 0x7fu, 0x7eu)
-CCLKIT_MINMAX(mme5m2, u8, signed char, 0x7fu, 0x7cu)
+CCLKIT_MINMAX(mm16, u16, 0x7fffu, 0x7c00u)
+CCLKIT_MINMAX(mmbf16, u16, 0x7fffu, 0x7f80u)
+CCLKIT_MINMAX(mm32, u32, 0x7fffffffu, 0x7f800000u)
+CCLKIT_MINMAX(mm64, u64, 0x7fffffffffffffffull, 0x7ff0000000000000ull)
+CCLKIT_MINMAX(mme4m3, u8, 0x7fu, 0x7eu)
+CCLKIT_MINMAX(mme5m2, u8, 0x7fu, 0x7cu)
 
 // ---- per-type arithmetic: Arith<T> ------------------------------------------
 //

@@ -9,7 +9,10 @@
 # kernels for every type x op x step on random data, (3) measures each kernel's
 # bandwidth as a fraction of the device's own copy bandwidth (cuMemcpy DtoD),
 # (4) runs `cclkit perf --device cuda --np 2` (all_reduce, float sum) next to
-# the same run on host memory, and (5) prints `cclkit doctor`'s GPU section.
+# the same run on host memory, (5) checks every collective x type x op on device
+# buffers with 3 ranks (`perf-all`), (6) has a real NCCL (PyTorch's, when python3
+# has torch) load the packaged plugins (`nccl-load`, kernels/cuda/nccl-load.py),
+# and (7) prints `cclkit doctor`'s GPU section.
 # Every step has a time limit; the summary at the end says what passed. All
 # output is kept under OUT_DIR (the numbers for docs/PERFORMANCE.md are in
 # bench.txt and perf-cuda.txt).
@@ -20,7 +23,8 @@
 #   cargo build --release -p cclkit-cli --bin cclkit
 # and copy target/release/{cclkit,examples/cuda-bench,deps/cclkit_kernels-*}
 # (the test binary is the executable deps/cclkit_kernels-<hash>) into one
-# directory named by CCLKIT_GPU_BIN.
+# directory named by CCLKIT_GPU_BIN. The packaged plugins (`make package`) are
+# taken from CCLKIT_GPU_LIB (default build/lib).
 set -uo pipefail
 
 out=${1:-${OUT:-build/gpu-check}}
@@ -76,9 +80,21 @@ fi
 if [ -x "${cclkit:-}" ]; then
   step perf-cuda 300 "$cclkit" perf --device cuda --np 2 -b 1M -e 256M -f 4 -n 10 -w 2 || true
   step perf-host 300 "$cclkit" perf --np 2 -b 1M -e 256M -f 4 -n 10 -w 2 || true
+  # Exactness on device buffers: every collective x type x op, 3 ranks (not a
+  # power of two), odd element counts from the size sweep's remainders.
+  step perf-all 240 "$cclkit" perf --device cuda --np 3 --coll all -d all -o all \
+    -b 1K -e 1M -f 32 -n 2 -w 1 || true
   step doctor 120 bash -c "\"$cclkit\" doctor | sed -n '/^GPU/,/^\$/p'" || true
 else
   status+=("perf: SKIPPED (no cclkit binary)")
+fi
+
+# 6. A real NCCL loading the packaged plugins (one rank: one GPU is enough).
+lib=${CCLKIT_GPU_LIB:-build/lib}
+if [ -f "$lib/libnccl-net-cclkit-socket.so" ] && python3 -c 'import torch' 2>/dev/null; then
+  step nccl-load 480 python3 "$(dirname "$0")/nccl-load.py" "$lib" || true
+else
+  status+=("nccl-load: SKIPPED (no $lib/libnccl-net-cclkit-socket.so, or no python3 with torch)")
 fi
 
 echo

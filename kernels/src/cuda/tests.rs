@@ -82,6 +82,39 @@ fn ptx_is_generated_sm80_64_bit_text() {
     assert!(!entries::PTX.contains(".ftz"));
 }
 
+/// No unsigned bit-field extract reaches past the register's top bit. Such an
+/// extract fills the missing bits with zeros; clang-14 emitted `bfe.u64 d, s,
+/// 63, 63` for a sign mask (which needs the sign copied), and f64 min/max were
+/// wrong on an H200 while the emulator, compiled for the CPU, was right.
+#[test]
+fn ptx_has_no_unsigned_bit_extract_past_the_top() {
+    let mut seen = 0;
+    for line in entries::PTX.lines().map(str::trim) {
+        let Some((width, rest)) = ["bfe.u32", "bfe.u64"]
+            .iter()
+            .find_map(|op| Some((&op[5..], line.strip_prefix(op)?)))
+        else {
+            continue;
+        };
+        let width: u32 = width.parse().expect("32 or 64");
+        let args: Vec<&str> = rest
+            .trim_end_matches(';')
+            .split(',')
+            .map(str::trim)
+            .collect();
+        assert_eq!(args.len(), 4, "{line}");
+        let (Ok(pos), Ok(len)) = (args[2].parse::<u32>(), args[3].parse::<u32>()) else {
+            continue; // a position or length from a register: not a fixed mask
+        };
+        seen += 1;
+        assert!(pos + len <= width, "extract past bit {}: {line}", width - 1);
+    }
+    assert!(
+        seen > 0,
+        "the PTX has no constant bfe at all: did its text change?"
+    );
+}
+
 #[test]
 fn without_a_driver_every_entry_is_a_clear_error() {
     if driver_present() {
