@@ -48,6 +48,17 @@ fn perf_device_cuda_runs_and_checks_on_the_emulated_gpu() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
+    // Each device line names the rank's GPU; the emulator is no GPU that time-slices,
+    // so two ranks on it get no warning about sharing one.
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("#  Rank ")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("] GPU 0 (cclkit emulated device")),
+        "{text}"
+    );
+    assert!(!text.contains("share GPU"), "{text}");
 }
 
 #[test]

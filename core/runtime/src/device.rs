@@ -397,6 +397,33 @@ impl Device {
         }
     }
 
+    /// Whether this is the emulated device (`CCLKIT_CUDA_EMULATE`).
+    pub fn is_emulated(&self) -> bool {
+        match self {
+            Device::Host => false,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.info().emulated,
+        }
+    }
+
+    /// The GPU in a few words, `0 (NVIDIA H200, PCI 0000:00:06.0)`; `None` on
+    /// host memory.
+    pub fn gpu_label(&self) -> Option<String> {
+        match self {
+            Device::Host => None,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => {
+                let i = d.info();
+                Some(format!(
+                    "{} ({}, PCI {})",
+                    i.ordinal,
+                    i.name,
+                    i.pci_bus_id.as_deref().unwrap_or("-")
+                ))
+            }
+        }
+    }
+
     /// One line for logs and `cclkit doctor`.
     pub fn describe(&self) -> String {
         match self {

@@ -15,6 +15,7 @@ use cclkit_runtime::{Comm, Config, Error, Result, world};
 
 pub mod check;
 pub mod colls;
+pub mod gpus;
 pub mod launch;
 pub mod options;
 pub mod output;
@@ -98,9 +99,10 @@ pub struct PerfArgs {
     /// or none.
     #[arg(long = "bind", value_enum, default_value = "auto")]
     pub bind: place::Bind,
-    /// Where buffers live and reductions run: `host` (default), `cuda` or `cuda:N`
-    /// (CUDA managed memory, device kernels; see docs/cuda.md). Overrides
-    /// CCLKIT_DEVICE; CCLKIT_CUDA_EMULATE=1 runs the emulated GPU.
+    /// Where buffers live and reductions run: `host` (default), `cuda` (local rank
+    /// i on GPU i, as nccl-tests) or `cuda:N` (every rank on GPU N); CUDA managed
+    /// memory and device kernels, see docs/cuda.md. Overrides CCLKIT_DEVICE;
+    /// CCLKIT_CUDA_EMULATE=1 runs the emulated GPU.
     #[arg(long = "device", value_name = "DEVICE")]
     pub device: Option<String>,
     /// Write a JSON report to PATH (`-` or no value: JSON on stdout instead of the table).
@@ -263,7 +265,8 @@ fn run_rank(a: &PerfArgs, plan: &Plan) -> u8 {
 pub(crate) const LAUNCHER_ENV: &str = "CCLKIT_PERF_LAUNCHER_ENV";
 
 fn join(a: &PerfArgs) -> Result<Comm> {
-    if let Some(l) = world::detect()?
+    let launched = world::detect()?;
+    if let Some(l) = &launched
         && l.engine == "cclkit"
     {
         place::bind(a.bind, l.local_rank, l.local_size);
@@ -279,9 +282,41 @@ fn join(a: &PerfArgs) -> Result<Comm> {
         let emulated = emulate_requested(&|k| std::env::var(k).ok());
         config.device = DeviceKind::parse(d, emulated)?;
     }
+    // A plain `cuda` gives each local rank its own GPU, as nccl-tests does.
+    let spec = a
+        .device
+        .clone()
+        .or_else(|| std::env::var("CCLKIT_DEVICE").ok());
+    if let (
+        Some(spec),
+        cclkit_runtime::device::DeviceKind::Cuda {
+            emulated: false, ..
+        },
+    ) = (spec, config.device)
+    {
+        let local_rank = launched.as_ref().map_or(0, |l| l.local_rank);
+        if let Some(ordinal) = gpus::ordinal_for(&spec, local_rank, gpu_count()) {
+            config.device = cclkit_runtime::device::DeviceKind::Cuda {
+                ordinal,
+                emulated: false,
+            };
+        }
+    }
     match world::init_from_env(&config)? {
         Some(c) => Ok(c),
         None => world::single(&config),
+    }
+}
+
+/// The CUDA devices present (0 without the driver or the `cuda` feature).
+fn gpu_count() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        cclkit_kernels::cuda::CudaDevice::count().unwrap_or(0)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        0
     }
 }
 
@@ -295,12 +330,15 @@ fn device_line(comm: &Comm) -> String {
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     format!(
-        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}] net '{}' v{}, tuner '{}', {}",
+        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}]{} net '{}' v{}, tuner '{}', {}",
         comm.rank(),
         0,
         me.pid,
         me.hostname,
         dev,
+        comm.device()
+            .gpu_label()
+            .map_or_else(String::new, |g| format!(" GPU {g},")),
         net.name,
         net.version,
         tuner_name(comm),
@@ -372,6 +410,22 @@ fn bench(comm: &Comm, a: &PerfArgs, plan: &Plan) -> Result<u64> {
     out.put(&output::header(&cfg, buffers_note(comm), &devices));
     if let Ok(note) = std::env::var(LAUNCHER_ENV) {
         out.put(&format!("# --np set {note}\n"));
+    }
+    // Only a real GPU time-slices (not the emulator, not the host-memory stand-in).
+    let real_gpu = !comm.device().is_emulated()
+        && crate::standin::active_in(&|k| std::env::var_os(k)).is_none();
+    if let Some(gpu) = comm.device().gpu_label().filter(|_| real_gpu) {
+        let mps = gpus::mps_found(&|k| std::env::var(k).ok());
+        let key = gpus::key(&comm.peers()[me].hostname, &gpu, mps);
+        let keys: Vec<String> = comm
+            .bootstrap()
+            .allgather(key.as_bytes())?
+            .into_iter()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .collect();
+        if let Some(note) = gpus::sharing_note(&keys) {
+            out.put(&note);
+        }
     }
     // Buffers for the largest layout of the sweep, one pair per aggregated op.
     let max_bytes = plan

@@ -1,0 +1,139 @@
+//! Which GPU each rank of `cclkit perf --device cuda` uses, and the header's note
+//! when ranks share one.
+//!
+//! nccl-tests gives local rank `i` GPU `i` (modulo the GPUs present); a plain
+//! `--device cuda` (or `CCLKIT_DEVICE=cuda`) does the same here, and `cuda:N`
+//! pins every rank to GPU `N`. Ranks that share a GPU without CUDA MPS run their
+//! kernels in separate contexts that the GPU time-slices: on one H200 (docs/cuda.md)
+//! an 8-byte AllReduce on 2 ranks took ~550 µs that way and ~40 µs under MPS, so
+//! the header says so rather than let such numbers pass for the device path's.
+
+/// The GPU for local rank `local_rank` when the device was given as `spec`:
+/// `Some(local_rank % gpus)` for a plain `cuda`/`gpu` on a machine with GPUs,
+/// `None` (keep the ordinal `spec` names) otherwise.
+pub fn ordinal_for(spec: &str, local_rank: usize, gpus: usize) -> Option<usize> {
+    let plain = matches!(spec.trim().to_ascii_lowercase().as_str(), "cuda" | "gpu");
+    (plain && gpus > 0).then(|| local_rank % gpus)
+}
+
+/// Whether an MPS control daemon is reachable: its pipe directory
+/// (`CUDA_MPS_PIPE_DIRECTORY`, default `/tmp/nvidia-mps`) holds its `control`
+/// socket. A client started then runs its kernels through the MPS server.
+pub fn mps_found(get: &dyn Fn(&str) -> Option<String>) -> bool {
+    let dir = get("CUDA_MPS_PIPE_DIRECTORY")
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "/tmp/nvidia-mps".to_owned());
+    std::path::Path::new(&dir).join("control").exists()
+}
+
+/// One rank's GPU as the ranks exchange it: host, GPU (PCI bus id or ordinal)
+/// and whether it found MPS, tab-separated.
+pub fn key(host: &str, gpu: &str, mps: bool) -> String {
+    format!("{host}\t{gpu}\t{}", u8::from(mps))
+}
+
+/// The header's note for ranks that share a GPU while some of them found no MPS
+/// (`keys[r]` is rank `r`'s [`key`]); `None` when no GPU is shared that way.
+pub fn sharing_note(keys: &[String]) -> Option<String> {
+    let mut groups: Vec<(&str, &str, Vec<usize>, bool)> = Vec::new();
+    for (rank, k) in keys.iter().enumerate() {
+        let mut f = k.splitn(3, '\t');
+        let (host, gpu, mps) = (
+            f.next().unwrap_or(""),
+            f.next().unwrap_or(""),
+            f.next() == Some("1"),
+        );
+        match groups.iter_mut().find(|g| g.0 == host && g.1 == gpu) {
+            Some(g) => {
+                g.2.push(rank);
+                g.3 &= mps;
+            }
+            None => groups.push((host, gpu, vec![rank], mps)),
+        }
+    }
+    let shared: Vec<String> = groups
+        .iter()
+        .filter(|g| g.2.len() > 1 && !g.3)
+        .map(|g| format!("ranks {} share GPU {} on {}", list(&g.2), g.1, g.0))
+        .collect();
+    (!shared.is_empty()).then(|| {
+        format!(
+            "# WARNING: {} without CUDA MPS: the GPU time-slices between their \
+             contexts, which dominates small sizes (start `nvidia-cuda-mps-control -d`, \
+             or give each rank its own GPU; docs/cuda.md)\n",
+            shared.join("; ")
+        )
+    })
+}
+
+/// `0,1,2`, shortened to `0-2` for a run.
+fn list(ranks: &[usize]) -> String {
+    match ranks {
+        [first, .., last] if last - first + 1 == ranks.len() => format!("{first}-{last}"),
+        _ => ranks
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_cuda_follows_the_local_rank() {
+        assert_eq!(ordinal_for("cuda", 5, 8), Some(5));
+        assert_eq!(ordinal_for(" GPU ", 9, 8), Some(1));
+        assert_eq!(ordinal_for("cuda", 2, 3), Some(2));
+        assert_eq!(ordinal_for("cuda", 3, 3), Some(0));
+        // An explicit ordinal is kept; no GPU found keeps the parsed default.
+        assert_eq!(ordinal_for("cuda:1", 5, 8), None);
+        assert_eq!(ordinal_for("cuda", 5, 0), None);
+        assert_eq!(ordinal_for("host", 5, 8), None);
+    }
+
+    #[test]
+    fn mps_is_found_by_its_control_socket() {
+        let dir = std::env::temp_dir().join(format!("cclkit-mps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.to_string_lossy().into_owned();
+        let get = |k: &str| (k == "CUDA_MPS_PIPE_DIRECTORY").then(|| path.clone());
+        assert!(!mps_found(&get), "no control socket yet");
+        std::fs::write(dir.join("control"), b"").expect("stand-in socket");
+        assert!(mps_found(&get));
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_note_only_for_a_gpu_shared_without_mps() {
+        let k = |h: &str, g: &str, m: bool| key(h, g, m);
+        // One GPU per rank: nothing to say.
+        assert_eq!(
+            sharing_note(&[k("a", "0", false), k("a", "1", false)]),
+            None
+        );
+        // Shared, every rank under MPS: nothing either.
+        assert_eq!(sharing_note(&[k("a", "0", true), k("a", "0", true)]), None);
+        // The same bus id on two hosts is two GPUs.
+        assert_eq!(
+            sharing_note(&[k("a", "0", false), k("b", "0", false)]),
+            None
+        );
+        let note = sharing_note(&[
+            k("a", "00:06.0", false),
+            k("a", "00:06.0", true),
+            k("a", "00:07.0", false),
+            k("a", "00:06.0", true),
+            k("b", "00:07.0", false),
+            k("a", "00:07.0", false),
+        ])
+        .expect("two shared GPUs");
+        assert!(note.starts_with("# WARNING: ranks 0,1,3 share GPU 00:06.0 on a; "));
+        assert!(note.contains("; ranks 2,5 share GPU 00:07.0 on a without CUDA MPS"));
+        assert!(note.ends_with("docs/cuda.md)\n"));
+        let run = sharing_note(&[k("h", "g", false), k("h", "g", false), k("h", "g", false)]);
+        assert!(run.is_some_and(|n| n.contains("ranks 0-2 share GPU g on h")));
+    }
+}
