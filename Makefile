@@ -94,10 +94,12 @@ test-rust: package
 test-c: package
 	CCLKIT_LIB_DIR=$(LIB_DIR) tests/c/run.sh 2>&1 | tee build/test-c.log
 
-# Formatting and clippy with warnings as errors, on every crate and target.
+# Formatting, clippy and rustdoc with warnings as errors, on every crate and target
+# (rustdoc: no broken or private intra-doc links in any crate's public docs).
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --profile $(PROFILE) -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --profile $(PROFILE)
 
 # Ends with every ignored or skipped test and its reason (tests/skips.sh).
 test: lint symbols test-rust test-c ptx-check

@@ -10,7 +10,7 @@
 //! | [`symbols`] | versioned symbols a library exports; what each NCCL release picks |
 //! | [`net`] | [`net::NetPlugin`] → [`net::NetContext`] → comms and requests |
 //! | [`tuner`] | [`tuner::TunerPlugin`] → [`tuner::TunerContext`] |
-//! | [`env`] | `NCCL_ENV_PLUGIN`: [`env::EnvPlugin`] `init` / `getEnv` / `finalize` |
+//! | [`mod@env`] | `NCCL_ENV_PLUGIN`: [`env::EnvPlugin`] `init` / `getEnv` / `finalize` |
 //! | [`select`] | the walk NCCL does per communicator, keeping every attempt |
 //! | [`logger`] | the C-variadic `ncclDebugLogger_t` → `tracing` |
 //!

@@ -142,7 +142,7 @@ impl ProtoParams {
     }
 
     /// [`slice_data`](Self::slice_data) as a communicator runs it: Simple slices
-    /// are capped at [`HOST_SIMPLE_SLICE`] when the buffers are in host memory.
+    /// are capped at `HOST_SIMPLE_SLICE` when the buffers are in host memory.
     pub fn slice_on(&self, host: bool) -> usize {
         match (host, self.proto) {
             (true, Protocol::SIMPLE) => self.slice_data().min(HOST_SIMPLE_SLICE),
@@ -151,7 +151,7 @@ impl ProtoParams {
     }
 
     /// [`chunk_data`](Self::chunk_data) as a communicator's default: Simple chunks
-    /// are capped at [`HOST_SIMPLE_CHUNK`] when the buffers are in host memory.
+    /// are capped at `HOST_SIMPLE_CHUNK` when the buffers are in host memory.
     pub fn chunk_on(&self, host: bool) -> usize {
         match (host, self.proto) {
             (true, Protocol::SIMPLE) => self.chunk_data().min(HOST_SIMPLE_CHUNK),

@@ -43,7 +43,7 @@ pub struct NetDevice {
 pub struct PeerInfo {
     /// Global rank.
     pub rank: usize,
-    /// Identifies the host (see [`host_hash`]).
+    /// Identifies the host (see `host_hash`).
     pub host_hash: u64,
     /// Hostname, for messages.
     pub hostname: String,

@@ -9,7 +9,7 @@
 //! How a request reaches its comm: `test()` is given only the request, so each
 //! request carries a `Weak` reference to its connection's [`Link`] (owned by the comm)
 //! and the sequence number of its operation. `test()` upgrades it, moves whatever the
-//! socket takes or gives without blocking ([`Link::progress`]), and says whether its
+//! socket takes or gives without blocking (`Link::progress`), and says whether its
 //! own operation has finished. Operations finish in posting order per connection.
 //!
 //! Requests in flight at close: the comm holds the only strong reference to its

@@ -57,6 +57,9 @@ use config::Config;
 use connect::Connecting;
 use iface::Device;
 use listen::Listen;
+/// The speed `getProperties` reports for a link whose speed the kernel does not
+/// know (a VM's virtio NIC, `lo`): NCCL's socket transport assumes the same.
+const UNKNOWN_SPEED_MBPS: i32 = 10_000;
 use recv::RecvCtl;
 use send::SendCtl;
 use slots::{Outcome, Request};
@@ -143,13 +146,14 @@ impl Net for SocketNet {
         for (i, n) in nics.iter().enumerate() {
             nccl_info!(
                 subsys::NET | subsys::INIT,
-                "cclkit-socket: dev {i} {} {} speed {} Mb/s, {} helper threads, {} data streams \
+                "cclkit-socket: dev {i} {} {} speed {}, {} helper threads, {} data streams \
                  per comm",
                 n.dev.name,
                 n.dev.addr,
-                n.dev
-                    .speed_mbps
-                    .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                n.dev.speed_mbps.map_or_else(
+                    || format!("unknown (reported as {UNKNOWN_SPEED_MBPS} Mb/s, as NCCL does)"),
+                    |s| format!("{s} Mb/s")
+                ),
                 n.threads,
                 n.streams
             );
@@ -169,7 +173,7 @@ impl Net for SocketNet {
             speed_mbps: n
                 .dev
                 .speed_mbps
-                .map_or(10_000, |s| i32::try_from(s).unwrap_or(i32::MAX)),
+                .map_or(UNKNOWN_SPEED_MBPS, |s| i32::try_from(s).unwrap_or(i32::MAX)),
             max_recvs: self.cfg.max_recvs as i32,
             // `test` reports sizes as int: keep every transfer well below 2 GiB.
             max_p2p_bytes: MAX_NET_SIZE,

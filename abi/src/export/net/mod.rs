@@ -2,7 +2,7 @@
 //!
 //! `export_net!(T)` instantiates `vN::table::<T>()` for every version; each table's
 //! `extern "C"` fns are thin shims (argument shapes, narrowing) over the shared
-//! operations in [`ops`], which own every raw-pointer conversion.
+//! operations in `ops`, which own every raw-pointer conversion.
 
 use std::ffi::{CString, c_char};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,7 +5,7 @@
 //! [`view::Constants`] over exactly the struct the host allocated (NCCL 1152 bytes,
 //! v7 1272, RCCL 1488/1632; [`host`] says how the layout is chosen); v1/v2 return an
 //! algorithm/protocol instead of editing a table, so they get a synthesised table
-//! (see [`ops::choose_legacy`]).
+//! (see `ops::choose_legacy`).
 
 use std::sync::Mutex;
 

@@ -18,7 +18,7 @@
 //! | [`runner`] | the parent: exports, jobs, workers |
 //! | `process` | one child: process group, time limit, exit/signal/timeout → result |
 //! | `valgrind` | the tuner leak check under valgrind |
-//! | [`child`] | the child: protocol lines, watchdog, dispatch |
+//! | `child` | the child: protocol lines, watchdog, dispatch |
 //! | [`report`] | results, the text table and the JSON report |
 //! | `load` | one exported version into the loader's host adapters |
 //! | `raw` | the raw calls the safe adapters deliberately prevent |

@@ -338,7 +338,7 @@ fn relay(peers: &mut [Peer], what: &str) -> Checked {
 }
 
 /// Runs one side of a two-process check: the child process `cclkit check --peer`
-/// starts (see [`orchestrate`]).
+/// starts (see `orchestrate`).
 pub fn run_peer(args: &super::child::ChildArgs, rank: usize) -> std::process::ExitCode {
     super::child::start_watchdog(args.timeout, "peer");
     match Env::new(args, super::Family::Net) {

@@ -89,7 +89,7 @@ pub fn machine_name(machine: u16) -> String {
 }
 
 impl ElfInfo {
-    /// Reads `path` (a regular file only, see [`file`]).
+    /// Reads `path` (a regular file only, see [`mod@file`]).
     pub fn read(path: &Path) -> Result<Self, ElfError> {
         let data = file::read_regular(path)?;
         Self::parse(&data).map_err(|e| ElfError(format!("{}: {}", path.display(), e.0)))

@@ -2,7 +2,7 @@
 //! `_v1`, and drive `init` / `getEnv` / `finalize` the way NCCL 2.28.7 – 2.30.7 does
 //! (`src/plugin/env.cc`; docs/env-plugin.md).
 //!
-//! * [`resolve`] reads the setting exactly as NCCL does: from the process environment
+//! * [`resolve()`] reads the setting exactly as NCCL does: from the process environment
 //!   only, `none` (any case) for the built-in plugin, otherwise the names of every NCCL
 //!   plugin (`value`, then `libnccl-env-<value>.so`; unset: `libnccl-env.so`).
 //! * A library that opens but exports no env table is closed and the built-in plugin

@@ -368,7 +368,7 @@ impl Comm {
         g.run()
     }
 
-    /// Starts a group (`ncclGroupStart`); [`Group::run`] is `ncclGroupEnd`.
+    /// Starts a group (`ncclGroupStart`); `Group::run` is `ncclGroupEnd`.
     pub fn group<'a>(&'a self) -> super::p2p::Group<'a> {
         super::p2p::Group::new(self)
     }

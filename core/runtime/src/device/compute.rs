@@ -1,5 +1,5 @@
 //! The GPU kernel's part of a slice on a CUDA communicator: the device twin of
-//! [`schedule::combine`](crate::schedule::combine) plus the copies to
+//! `schedule::combine` plus the copies to
 //! further destinations, run on the communicator's stream with the device
 //! kernels (`cclkit_kernels::cuda`). Inputs and outputs are device addresses:
 //! user buffers, GPU FIFO slots, or pinned host slots the GPU maps.

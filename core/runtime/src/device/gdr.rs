@@ -8,7 +8,7 @@
 //! 3. for sends (the NIC *reads* GPU memory) `NCCL_NET_GDR_READ` must allow it
 //!    (default on).
 //!
-//! The distance rule itself is [`topo::gdr_enabled`] over [`topo::pci_distance`];
+//! The distance rule itself is `topo::gdr_enabled` over `topo::pci_distance`;
 //! this module adds the plugin capability, the environment and the reason text
 //! `cclkit doctor` prints.
 

@@ -43,21 +43,21 @@ pub(crate) fn add(site: Site, bytes: usize) {
 /// what one operation did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CopyCounts {
-    /// [`Site::RecvCopy`] bytes.
+    /// `Site::RecvCopy` bytes.
     pub recv_copy: u64,
-    /// [`Site::SrcCopy`] bytes.
+    /// `Site::SrcCopy` bytes.
     pub src_copy: u64,
-    /// [`Site::Reduce`] bytes.
+    /// `Site::Reduce` bytes.
     pub reduce: u64,
-    /// [`Site::SendSlot`] bytes.
+    /// `Site::SendSlot` bytes.
     pub send_slot: u64,
-    /// [`Site::ToDst`] bytes.
+    /// `Site::ToDst` bytes.
     pub to_dst: u64,
-    /// [`Site::Decode`] bytes.
+    /// `Site::Decode` bytes.
     pub decode: u64,
-    /// [`Site::DirectRecv`] bytes (not copies).
+    /// `Site::DirectRecv` bytes (not copies).
     pub direct_recv: u64,
-    /// [`Site::DirectSend`] bytes (not copies).
+    /// `Site::DirectSend` bytes (not copies).
     pub direct_send: u64,
 }
 

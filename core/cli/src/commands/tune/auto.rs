@@ -11,7 +11,7 @@
 //! channel per 64 KiB up to the count, so small sizes never run on more).
 //!
 //! `--verify FILE` runs the sweep again with a tuner and that file and checks every
-//! decision follows the file (see [`super::verify`]).
+//! decision follows the file (see `super::verify`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
