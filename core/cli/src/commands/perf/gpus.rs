@@ -8,6 +8,62 @@
 //! an 8-byte AllReduce on 2 ranks took ~550 µs that way and ~40 µs under MPS, so
 //! the header says so rather than let such numbers pass for the device path's.
 
+use cclkit_runtime::device::DeviceKind;
+use cclkit_runtime::{Comm, Config, Result};
+
+/// Puts local rank `local_rank` on its GPU when the device was given (`--device`,
+/// else `CCLKIT_DEVICE`) as a plain `cuda`; leaves every other choice as it is.
+pub fn place(config: &mut Config, spec: Option<&str>, local_rank: usize) {
+    if let (
+        Some(spec),
+        DeviceKind::Cuda {
+            emulated: false, ..
+        },
+    ) = (spec, config.device)
+        && let Some(ordinal) = ordinal_for(spec, local_rank, count())
+    {
+        config.device = DeviceKind::Cuda {
+            ordinal,
+            emulated: false,
+        };
+    }
+}
+
+/// The CUDA devices present (0 without the driver or the `cuda` feature).
+fn count() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        cclkit_kernels::cuda::CudaDevice::count().unwrap_or(0)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        0
+    }
+}
+
+/// The header's warning for this communicator, when ranks share a real GPU
+/// without MPS (the ranks exchange their [`key`]s: every rank must call it).
+///
+/// # Errors
+/// The exchange failing.
+pub fn sharing_note_of(comm: &Comm) -> Result<Option<String>> {
+    // Only a real GPU time-slices (not the emulator, not the host-memory stand-in).
+    let real_gpu = !comm.device().is_emulated()
+        && crate::standin::active_in(&|k| std::env::var_os(k)).is_none();
+    let Some(gpu) = comm.device().gpu_label().filter(|_| real_gpu) else {
+        return Ok(None);
+    };
+    let mps = mps_found(&|k| std::env::var(k).ok());
+    let key = key(&comm.peers()[comm.rank()].hostname, &gpu, mps);
+    let keys: Vec<String> = comm
+        .bootstrap()
+        .allgather(key.as_bytes())?
+        .into_iter()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .collect();
+    Ok(sharing_note(&keys))
+}
+
 /// The GPU for local rank `local_rank` when the device was given as `spec`:
 /// `Some(local_rank % gpus)` for a plain `cuda`/`gpu` on a machine with GPUs,
 /// `None` (keep the ordinal `spec` names) otherwise.

@@ -22,9 +22,11 @@ pub mod output;
 pub mod place;
 mod preflight;
 mod profile;
+mod ranks;
 
 use colls::{Case, Coll, Slot};
 use output::{Measure, Progress, Report, Row, Test};
+use ranks::{buffers_note, device_line, tuner_name};
 
 /// Arguments of `cclkit perf` (nccl-tests' flags; `-t`/`-g` do not apply).
 #[derive(Debug, Clone, clap::Args)]
@@ -287,98 +289,15 @@ fn join(a: &PerfArgs) -> Result<Comm> {
         .device
         .clone()
         .or_else(|| std::env::var("CCLKIT_DEVICE").ok());
-    if let (
-        Some(spec),
-        cclkit_runtime::device::DeviceKind::Cuda {
-            emulated: false, ..
-        },
-    ) = (spec, config.device)
-    {
-        let local_rank = launched.as_ref().map_or(0, |l| l.local_rank);
-        if let Some(ordinal) = gpus::ordinal_for(&spec, local_rank, gpu_count()) {
-            config.device = cclkit_runtime::device::DeviceKind::Cuda {
-                ordinal,
-                emulated: false,
-            };
-        }
-    }
+    gpus::place(
+        &mut config,
+        spec.as_deref(),
+        launched.as_ref().map_or(0, |l| l.local_rank),
+    );
     match world::init_from_env(&config)? {
         Some(c) => Ok(c),
         None => world::single(&config),
     }
-}
-
-/// The CUDA devices present (0 without the driver or the `cuda` feature).
-fn gpu_count() -> usize {
-    #[cfg(feature = "cuda")]
-    {
-        cclkit_kernels::cuda::CudaDevice::count().unwrap_or(0)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        0
-    }
-}
-
-/// This rank's device line, nccl-tests style, with the net plugin and tuner in use.
-fn device_line(comm: &Comm) -> String {
-    let me = &comm.peers()[comm.rank()];
-    let devs: Vec<cclkit_runtime::NetDevice> = me.devices.clone();
-    let dev = cclkit_runtime::select_nic(&devs, None, comm.local_rank(), 0).unwrap_or(0);
-    let dev_name = devs.get(dev).map_or("-", |d| d.name.as_str());
-    let net = comm.net();
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    format!(
-        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}]{} net '{}' v{}, tuner '{}', {}",
-        comm.rank(),
-        0,
-        me.pid,
-        me.hostname,
-        dev,
-        comm.device()
-            .gpu_label()
-            .map_or_else(String::new, |g| format!(" GPU {g},")),
-        net.name,
-        net.version,
-        tuner_name(comm),
-        match pinned_cpu() {
-            Some(c) => format!("pinned to cpu {c}"),
-            None => format!("on cpu {cpu}, not pinned"),
-        }
-    )
-}
-
-/// Where this run's buffers live, for the header's first line.
-fn buffers_note(comm: &Comm) -> &'static str {
-    if !comm.device().is_cuda() {
-        "no GPUs: host buffers over the net plugin"
-    } else if crate::standin::active_in(&|k| std::env::var_os(k)).is_some() {
-        "CUDA device buffers on cclkit's host-memory CUDA stand-in: no GPU, no speed claim"
-    } else {
-        "CUDA device buffers"
-    }
-}
-
-/// The CPU this thread is pinned to, if its affinity is a single CPU.
-fn pinned_cpu() -> Option<usize> {
-    // SAFETY: `set` is a plain bit mask the kernel fills; its size is passed along.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect();
-        (cpus.len() == 1).then(|| cpus[0])
-    }
-}
-
-fn tuner_name(comm: &Comm) -> String {
-    comm.tuning()
-        .tuner_name()
-        .unwrap_or_else(|| cclkit_host::select::BUILTIN_MODEL.to_string())
 }
 
 /// Runs every measurement; returns the wrong elements found (rank 0's total).
@@ -411,21 +330,8 @@ fn bench(comm: &Comm, a: &PerfArgs, plan: &Plan) -> Result<u64> {
     if let Ok(note) = std::env::var(LAUNCHER_ENV) {
         out.put(&format!("# --np set {note}\n"));
     }
-    // Only a real GPU time-slices (not the emulator, not the host-memory stand-in).
-    let real_gpu = !comm.device().is_emulated()
-        && crate::standin::active_in(&|k| std::env::var_os(k)).is_none();
-    if let Some(gpu) = comm.device().gpu_label().filter(|_| real_gpu) {
-        let mps = gpus::mps_found(&|k| std::env::var(k).ok());
-        let key = gpus::key(&comm.peers()[me].hostname, &gpu, mps);
-        let keys: Vec<String> = comm
-            .bootstrap()
-            .allgather(key.as_bytes())?
-            .into_iter()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .collect();
-        if let Some(note) = gpus::sharing_note(&keys) {
-            out.put(&note);
-        }
+    if let Some(note) = gpus::sharing_note_of(comm)? {
+        out.put(&note);
     }
     // Buffers for the largest layout of the sweep, one pair per aggregated op.
     let max_bytes = plan

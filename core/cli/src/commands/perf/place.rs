@@ -48,6 +48,14 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// The CPU this thread is pinned to, if its affinity is a single CPU.
+pub fn pinned_cpu() -> Option<usize> {
+    match allowed_cpus()[..] {
+        [cpu] => Some(cpu),
+        _ => None,
+    }
+}
+
 /// Pins this process (all its threads, present and future) for local rank
 /// `local_rank` of `local_size`; returns the CPU when it did.
 pub fn bind(mode: Bind, local_rank: usize, local_size: usize) -> Option<usize> {
