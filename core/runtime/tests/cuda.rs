@@ -189,6 +189,19 @@ fn emulated_job(test: &str, np: usize) -> Job {
         .timeout(Duration::from_secs(240))
 }
 
+/// `np` emulated-GPU ranks on the GDR test plugin (`lib`, from [`gdr_plugin`]),
+/// which wraps the packaged socket plugin and counts what the runtime asks of it.
+fn gdr_job(test: &str, np: usize, lib: &std::path::Path) -> Job {
+    emulated_job(test, np)
+        .env("NCCL_NET_PLUGIN", lib.display())
+        .env("CCLKIT_STRICT", 1)
+        .env(
+            "NET_GDR_INNER",
+            packaged("libnccl-net-cclkit-socket.so").display(),
+        )
+        .env("CKT_GDR_LIB", lib.display())
+}
+
 /// GDR plugin counts per rank: [regMr host, regMr CUDA, regMrDmaBuf, iflush, bytes].
 fn gdr_counts(run: &common_rt::Run, rank: usize) -> Vec<i64> {
     let v = run.value(rank, "gdr");
@@ -216,15 +229,8 @@ fn device_collectives_with_gdr_register_cuda_memory_and_flush() {
     rank!(device_collectives);
     let dir = tempfile::tempdir().expect("tempdir");
     let lib = gdr_plugin(&dir);
-    let run = emulated_job(test_name!(), 2)
-        .env("NCCL_NET_PLUGIN", lib.display())
-        .env("CCLKIT_STRICT", 1)
-        .env(
-            "NET_GDR_INNER",
-            packaged("libnccl-net-cclkit-socket.so").display(),
-        )
+    let run = gdr_job(test_name!(), 2, &lib)
         .env("NCCL_NET_GDR_LEVEL", "SYS")
-        .env("CKT_GDR_LIB", lib.display())
         .run();
     run.assert_ok();
     for r in 0..2 {
@@ -246,17 +252,10 @@ fn device_collectives_with_gdr_and_dmabuf_use_reg_mr_dma_buf() {
     rank!(device_collectives);
     let dir = tempfile::tempdir().expect("tempdir");
     let lib = gdr_plugin(&dir);
-    let run = emulated_job(test_name!(), 2)
+    let run = gdr_job(test_name!(), 2, &lib)
         .env("CCLKIT_CUDA_EMULATE", "dmabuf")
-        .env("NCCL_NET_PLUGIN", lib.display())
-        .env("CCLKIT_STRICT", 1)
-        .env(
-            "NET_GDR_INNER",
-            packaged("libnccl-net-cclkit-socket.so").display(),
-        )
         .env("NET_GDR_DMABUF", 1)
         .env("NCCL_NET_GDR_LEVEL", "SYS")
-        .env("CKT_GDR_LIB", lib.display())
         .run();
     run.assert_ok();
     for r in 0..2 {
@@ -275,15 +274,7 @@ fn device_collectives_beyond_the_gdr_level_stage_through_host_memory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let lib = gdr_plugin(&dir);
     // The emulated GPU has no PCI path: distance SYS, beyond the default PXB.
-    let run = emulated_job(test_name!(), 2)
-        .env("NCCL_NET_PLUGIN", lib.display())
-        .env("CCLKIT_STRICT", 1)
-        .env(
-            "NET_GDR_INNER",
-            packaged("libnccl-net-cclkit-socket.so").display(),
-        )
-        .env("CKT_GDR_LIB", lib.display())
-        .run();
+    let run = gdr_job(test_name!(), 2, &lib).run();
     run.assert_ok();
     for r in 0..2 {
         let c = gdr_counts(&run, r);
