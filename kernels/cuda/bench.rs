@@ -15,7 +15,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cclkit_kernels::cuda::{CudaDevice, CudaError, DevPtr, Stream};
+use cclkit_kernels::cuda::{self, CudaDevice, CudaError, DevPtr, Stream};
 use cclkit_kernels::{DataType, RedOp, Reduction};
 
 struct Args {
@@ -86,8 +86,10 @@ fn run(args: &Args) -> Result<(), CudaError> {
         CudaDevice::open(0)?
     };
     let info = dev.info();
+    let forced = std::env::var(cuda::PTX_ENV).ok();
+    let ptx = cuda::ptx_for(info.compute_capability, forced.as_deref()).map_or("-", |p| p.1);
     println!(
-        "device: {} (sm_{}{}, {} SMs{}), {} MiB per buffer, best of {}",
+        "device: {} (sm_{}{}, {} SMs{}, {ptx} PTX), {} MiB per buffer, best of {}",
         info.name,
         info.compute_capability.0,
         info.compute_capability.1,
@@ -143,6 +145,7 @@ fn run(args: &Args) -> Result<(), CudaError> {
         (DataType::BFLOAT16, RedOp::SUM, 1),
         (DataType::FLOAT8E4M3, RedOp::SUM, 1),
         (DataType::FLOAT8E5M2, RedOp::SUM, 1),
+        (DataType::FLOAT8E4M3, RedOp::MAX, 1),
         (DataType::INT32, RedOp::SUM, 1),
         (DataType::INT64, RedOp::PROD, 1),
         (DataType::INT8, RedOp::MIN, 1),

@@ -65,6 +65,9 @@ fi
 #    GPU machine check the driver path (query, open) instead of the no-driver error.
 if [ -x "${kernels_test:-}" ]; then
   step kernels 600 "$kernels_test" --include-ignored --test-threads 1 cuda:: || true
+  # The sm_80 PTX too, where the GPU would load the sm_90 one (compute capability 9.0+).
+  step kernels-sm80 300 env CCLKIT_CUDA_PTX=sm_80 "$kernels_test" --include-ignored \
+    --test-threads 1 cuda::tests::gpu_ || true
 else
   status+=("kernels: SKIPPED (no kernels test binary)")
 fi
@@ -72,6 +75,7 @@ fi
 # 3. Kernel bandwidth as a fraction of cuMemcpy DtoD (256 MiB buffers).
 if [ -x "${bench:-}" ]; then
   step bench 300 "$bench" --bytes 256M --iters 20 || true
+  step bench-sm80 300 env CCLKIT_CUDA_PTX=sm_80 "$bench" --bytes 256M --iters 20 || true
 else
   status+=("bench: SKIPPED (no cuda-bench binary)")
 fi

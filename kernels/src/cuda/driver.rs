@@ -204,6 +204,8 @@ impl Driver {
     pub(crate) fn open(ordinal: usize) -> Result<Self, CudaError> {
         let (dev, info) = Self::query(ordinal)?;
         let sm_count = info.sm_count;
+        let forced = std::env::var(entries::PTX_ENV).ok();
+        let (ptx, _) = entries::ptx_for(info.compute_capability, forced.as_deref())?;
         call("open device", || {
             let mut ctx: sys::CUcontext = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; `dev` is valid.
@@ -224,7 +226,7 @@ impl Driver {
             let mut module: sys::CUmodule = std::ptr::null_mut();
             // SAFETY: PTX is NUL-terminated text; the context is current.
             check("cuModuleLoadData", unsafe {
-                sys::cuModuleLoadData(&mut module, entries::PTX.as_ptr().cast())
+                sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast())
             })?;
             drv.module = module;
             for name in entries::table() {

@@ -13,8 +13,39 @@ use crate::element::sealed::Sealed;
 use crate::error::KernelError;
 use crate::float::{Bf16, F16, Fp8E4M3, Fp8E5M2};
 
-/// The committed PTX (`make ptx`), NUL-terminated for `cuModuleLoadData`.
+/// The committed sm_80 PTX (`make ptx`, clang-14), NUL-terminated for
+/// `cuModuleLoadData`; the driver JIT-compiles it forward for any later GPU.
 pub const PTX: &str = concat!(include_str!("../../cuda/cclkit_kernels.ptx"), "\0");
+
+/// The committed sm_90 PTX (`make ptx`, clang-16): the same kernels, with the
+/// hardware's fp8 conversions. Loaded on compute capability 9.0 and later.
+pub const PTX_SM90: &str = concat!(include_str!("../../cuda/cclkit_kernels_sm90.ptx"), "\0");
+
+/// Forces one PTX (`sm_80` or `sm_90`) instead of the choice by compute
+/// capability; `gpu-check.sh` runs the kernel test under both on a Hopper GPU.
+pub const PTX_ENV: &str = "CCLKIT_CUDA_PTX";
+
+/// The PTX for a GPU of compute capability `cc`, and its name: sm_90 from 9.0
+/// on, else sm_80; `forced` (the value of [`PTX_ENV`]) overrides that.
+///
+/// # Errors
+/// A `forced` value other than `sm_80`/`sm_90`, or `sm_90` on an older GPU.
+pub fn ptx_for(
+    cc: (i32, i32),
+    forced: Option<&str>,
+) -> Result<(&'static str, &'static str), CudaError> {
+    let hopper = cc >= (9, 0);
+    match forced.map(str::trim) {
+        None | Some("") if hopper => Ok((PTX_SM90, "sm_90")),
+        None | Some("") | Some("sm_80") => Ok((PTX, "sm_80")),
+        Some("sm_90") if hopper => Ok((PTX_SM90, "sm_90")),
+        Some(v) => Err(CudaError::Unsupported(format!(
+            "{PTX_ENV}={v:?}: expected sm_80 or sm_90 (sm_90 needs compute capability \
+             9.0 or later; this GPU has {}.{})",
+            cc.0, cc.1
+        ))),
+    }
+}
 
 /// Threads per block of every launch.
 pub const BLOCK_THREADS: u32 = 256;
