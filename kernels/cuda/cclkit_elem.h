@@ -13,7 +13,10 @@
 //     add.rn/mul.rn on the device, -ffp-contract=off on the host);
 //   * f16, bf16 and fp8 are widened to f32, computed, and rounded once back
 //     (nearest even; f16/bf16 overflow to infinity, fp8 saturates like
-//     __NV_SATFINITE), with the same branch-free bit manipulation as float.rs;
+//     __NV_SATFINITE), with the same branch-free bit manipulation as float.rs,
+//     except where the GPU's own cvt gives the same results (f16 everywhere,
+//     e5m2 widening everywhere, all fp8 conversions in the sm_90 PTX; NaN
+//     payloads aside);
 //   * min/max are IEEE minimumNumber/maximumNumber on the raw bits
 //     (a NaN loses to a number, -0 < +0, the result is one of the inputs).
 #ifndef CCLKIT_ELEM_H
@@ -271,8 +274,8 @@ template <> struct Arith<double> {
 // round-to-nearest-even, subnormals kept, overflow to infinity, so the same
 // results as the software conversions above, NaN payloads aside. On an H200 the
 // software ones held an f16 sum to 0.74 of the copy bandwidth (docs/cuda.md).
-// bf16 and fp8 keep the software ones (bf16 already runs at the copy bandwidth;
-// fp8's cvt needs sm_89, beyond this PTX's sm_80).
+// bf16 keeps the software ones (it already runs at the copy bandwidth); fp8
+// is below.
 #if CCLKIT_DEVICE
 CCLKIT_FN float f16_to_f32_cvt(u16 h) {
   float f;
