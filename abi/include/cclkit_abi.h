@@ -142,6 +142,11 @@ typedef int32_t ncclProtocol_t;
 // Most entries NCCL provides for a receive (`int sizes[64]`).
 #define Sizes_MAX 64
 
+// Profiler handles a [`RequestProfiler`] keeps for one grouped receive: NCCL's
+// own plugins take at most 8 buffers per receive (`maxRecvs`); the handles of
+// any further buffers are not kept, and their buffers report nothing.
+#define NET_PROFILER_GROUP_HANDLES 8
+
 // `NCCL_NUM_ALGORITHMS`.
 #define NCCL_NUM_ALGORITHMS 7
 

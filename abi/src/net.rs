@@ -513,8 +513,11 @@ pub trait Net: Sized + Send + Sync + 'static {
         self.isend(comm, buf, tag, mr)
     }
 
-    /// [`irecv`](Self::irecv) with the request's profiler (bound to the handle of
-    /// the group's first receive); the default ignores it.
+    /// [`irecv`](Self::irecv) with the request's profiler, holding one handle per
+    /// buffer of the group ([`RequestProfiler::for_buffer`]; `start` reports under
+    /// the first); the default ignores it.
+    ///
+    /// [`RequestProfiler::for_buffer`]: crate::profiler::net::RequestProfiler::for_buffer
     fn irecv_profiled(
         &self,
         comm: &mut Self::RecvComm,

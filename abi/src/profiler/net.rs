@@ -157,17 +157,28 @@ impl NetProfiler {
     }
 }
 
+/// Profiler handles a [`RequestProfiler`] keeps for one grouped receive: NCCL's
+/// own plugins take at most 8 buffers per receive (`maxRecvs`); the handles of
+/// any further buffers are not kept, and their buffers report nothing.
+pub const NET_PROFILER_GROUP_HANDLES: usize = 8;
+
 /// The profiler callback bound to one request's `phandle`, so a net plugin can report
 /// that request's events without `unsafe`. The export adapters build it from the
 /// `phandle` NCCL passes to `isend`/`irecv` (v10+); `Send`, so a plugin may keep it
 /// with the request and report from its progress thread.
+///
+/// A grouped receive has one handle per buffer (NCCL's `phandles[r]`):
+/// [`start`](Self::start) reports under the first, and
+/// [`for_buffer`](Self::for_buffer) gives the profiler of buffer `r`, as NCCL's IB
+/// transport starts one event per buffer and QP.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestProfiler {
     profiler: NetProfiler,
-    phandle: *mut c_void,
+    phandles: [*mut c_void; NET_PROFILER_GROUP_HANDLES],
+    n: usize,
 }
 
-// SAFETY: `phandle` is NCCL's per-request token, valid until the request completes
+// SAFETY: `phandles` are NCCL's per-request tokens, valid until the request completes
 // and usable from any thread (NCCL's own socket plugin reports from helper threads).
 unsafe impl Send for RequestProfiler {}
 
@@ -178,26 +189,62 @@ impl RequestProfiler {
     /// `phandle` must be NULL or the profiler handle NCCL passed with this request,
     /// and the value must not be used after the request completed.
     pub unsafe fn new(profiler: NetProfiler, phandle: *mut c_void) -> Self {
-        Self { profiler, phandle }
+        // SAFETY: forwarded contract, for a group of one.
+        unsafe { Self::new_grouped(profiler, &[phandle]) }
+    }
+
+    /// Binds `profiler` to a grouped receive: `phandles[r]` is buffer `r`'s handle
+    /// (the first [`NET_PROFILER_GROUP_HANDLES`] are kept; none at all reports nothing).
+    ///
+    /// # Safety
+    /// Every entry must be NULL or the profiler handle NCCL passed for that buffer
+    /// of this request, and none may be used after the request completed.
+    pub unsafe fn new_grouped(profiler: NetProfiler, phandles: &[*mut c_void]) -> Self {
+        let n = phandles.len().clamp(1, NET_PROFILER_GROUP_HANDLES);
+        let mut kept = [std::ptr::null_mut(); NET_PROFILER_GROUP_HANDLES];
+        kept[..phandles.len().min(NET_PROFILER_GROUP_HANDLES)]
+            .copy_from_slice(&phandles[..phandles.len().min(NET_PROFILER_GROUP_HANDLES)]);
+        Self {
+            profiler,
+            phandles: kept,
+            n,
+        }
     }
 
     /// Nothing to report to (no callback, or NCCL gave no handle).
     pub fn none() -> Self {
         Self {
             profiler: NetProfiler::disabled(),
-            phandle: std::ptr::null_mut(),
+            phandles: [std::ptr::null_mut(); NET_PROFILER_GROUP_HANDLES],
+            n: 1,
         }
     }
 
-    /// Whether events can reach a profiler at all.
+    /// Whether events can reach a profiler at all (under any buffer's handle).
     pub fn is_enabled(&self) -> bool {
-        self.profiler.is_enabled() && !self.phandle.is_null()
+        self.profiler.is_enabled() && self.phandles[..self.n].iter().any(|p| !p.is_null())
     }
 
-    /// Starts an event of this request (see [`NetProfiler::start`]).
+    /// Buffers whose handles this profiler holds (1 unless grouped).
+    pub fn buffers(&self) -> usize {
+        self.n
+    }
+
+    /// The profiler of buffer `r` of a grouped receive, reporting under that
+    /// buffer's handle ([`none`](Self::none) past the handles kept).
+    pub fn for_buffer(&self, r: usize) -> RequestProfiler {
+        match self.phandles[..self.n].get(r) {
+            // SAFETY: the handle came through `new_grouped`, whose contract covers it.
+            Some(&p) => unsafe { Self::new(self.profiler, p) },
+            None => Self::none(),
+        }
+    }
+
+    /// Starts an event of this request under its first handle (see
+    /// [`NetProfiler::start`]; [`for_buffer`](Self::for_buffer) for the others).
     pub fn start<D: NetDescriptor>(&self, descr: &mut D) -> Result<NetEvent> {
         // SAFETY: `new`'s contract: the handle is NCCL's for this live request.
-        unsafe { self.profiler.start(self.phandle, descr) }
+        unsafe { self.profiler.start(self.phandles[0], descr) }
     }
 
     /// Records an update of an event of this request.

@@ -69,6 +69,13 @@ fn prof(phandle: usize) -> RequestProfiler {
     unsafe { RequestProfiler::new(NetProfiler::new(Some(record)), phandle as *mut c_void) }
 }
 
+/// A grouped receive's profiler: one handle per buffer, as NCCL passes `phandles`.
+fn grouped(phandles: &[usize]) -> RequestProfiler {
+    let handles: Vec<*mut c_void> = phandles.iter().map(|&p| p as *mut c_void).collect();
+    // SAFETY: as above.
+    unsafe { RequestProfiler::new_grouped(NetProfiler::new(Some(record)), &handles) }
+}
+
 /// The starts recorded for `phandle`, each with whether its handle was stopped
 /// later, and exactly once.
 fn events_of(calls: &[Call], phandle: usize) -> Vec<(Descr, bool)> {
@@ -170,7 +177,7 @@ fn every_request_reports_one_event_per_qp_with_the_ib_descriptor() {
             },
         ];
         let mut r = b
-            .irecv_profiled(&mut c.recv, &rb, false, prof(0x3000))
+            .irecv_profiled(&mut c.recv, &rb, false, grouped(&[0x3000, 0x3001, 0x3002]))
             .unwrap()
             .unwrap();
         let mut sends = Vec::new();
@@ -252,13 +259,17 @@ fn every_request_reports_one_event_per_qp_with_the_ib_descriptor() {
     let declined = events_of(&calls, DECLINE);
     assert_eq!(declined.len(), 1);
     assert!(!declined[0].1, "a declined event is never stopped");
-    let recv = events_of(&calls, 0x3000);
+    // One event per buffer of the grouped receive, each under its own handle with
+    // its own posted bytes, all on the QP the receive was posted on (NCCL's
+    // `phandles[r]` per buffer and QP).
     let wr = IBV_WR_RDMA_WRITE_WITH_IMM as i32;
-    assert_eq!(
-        recv,
-        vec![((0, 6, wr, rq[1] as i32, 1 << 16), true)],
-        "grouped receive"
-    );
+    for (r, posted) in [20_000, 20_000, (1 << 16) - 40_000].into_iter().enumerate() {
+        assert_eq!(
+            events_of(&calls, 0x3000 + r),
+            vec![((0, 6, wr, rq[1] as i32, posted), true)],
+            "grouped receive, buffer {r}"
+        );
+    }
     a.dereg_mr(CommRef::Send(&c.send), smr).unwrap();
     b.dereg_mr(CommRef::Recv(&c.recv), rmr).unwrap();
 }

@@ -9,7 +9,7 @@ use super::{NetExport, channel, ops, props};
 use crate::error::Error;
 use crate::export::guard::guard;
 use crate::log::set_logger;
-use crate::profiler::net::RequestProfiler;
+use crate::profiler::net::{NET_PROFILER_GROUP_HANDLES, RequestProfiler};
 use crate::raw::common::{NcclResult, ncclDebugLogger_t, ncclProfilerCallback_t};
 use crate::raw::net::{
     ncclNetAttr_v11_t, ncclNetCommConfig_v10_t, ncclNetDeviceHandle_v7_t, ncclNetVDeviceProps_v9_t,
@@ -363,12 +363,13 @@ pub(crate) unsafe extern "C" fn irecv_v10<T: NetExport>(
     // SAFETY: as above; `phandles` is NULL or `n` (≥ 1) handles valid until the
     // request completes.
     guard("ncclNet.irecv", || unsafe {
-        let first = if phandles.is_null() || n < 1 {
-            std::ptr::null_mut()
-        } else {
-            phandles.read()
+        let handles: &[*mut c_void] = match usize::try_from(n) {
+            Ok(n) if n >= 1 && !phandles.is_null() => {
+                std::slice::from_raw_parts(phandles, n.min(NET_PROFILER_GROUP_HANDLES))
+            }
+            _ => &[],
         };
-        let prof = RequestProfiler::new(T::state().profiler(), first);
+        let prof = RequestProfiler::new_grouped(T::state().profiler(), handles);
         ops::irecv_profiled::<T, usize>(rc, n, data, sizes, tags, mh, req, prof)
     })
 }

@@ -7,7 +7,8 @@
 //! `ncclIbTest` stops them). Sends report `IBV_WR_RDMA_WRITE_WITH_IMM` when the
 //! immediate rides on the request's own data, else `IBV_WR_RDMA_WRITE`, and the
 //! bytes that QP carries for the request; receives report the WRITE_WITH_IMM they
-//! wait for and the bytes posted. Without a profiler (or a NULL `phandle`) nothing is
+//! wait for and the bytes posted, one event per buffer of a grouped receive under
+//! that buffer's `phandle`. Without a profiler (or a NULL `phandle`) nothing is
 //! started and nothing is stored.
 
 use cclkit_abi::profiler::net::{NetEvent, RequestProfiler};

@@ -135,7 +135,8 @@ impl<N: Nic> Receiver<N> {
     }
 
     /// [`irecv`](Self::irecv) reporting QP events to `prof` ([`super::prof`]): one
-    /// per QP the receive is posted on.
+    /// per buffer and QP the receive is posted on, each under that buffer's handle
+    /// (NCCL's `phandles[r]`) with that buffer's posted bytes.
     pub fn irecv_profiled(
         &mut self,
         bufs: &[RecvTarget],
@@ -175,19 +176,20 @@ impl<N: Nic> Receiver<N> {
         }
         let mut events = ReqEvents::default();
         if prof.is_enabled() {
-            let posted = bufs.iter().map(|b| b.len).sum();
             for q in qps_for(idx, self.ep.qps.len(), self.opts.split) {
-                events.start(
-                    prof,
-                    QpWork {
-                        q,
-                        device: self.ep.dev_of(q),
-                        wr_id: idx,
-                        opcode: IBV_WR_RDMA_WRITE_WITH_IMM,
-                        qp_num: N::qp_num(&self.ep.qps[q]),
-                        length: posted,
-                    },
-                );
+                for (r, b) in bufs.iter().enumerate() {
+                    events.start(
+                        prof.for_buffer(r),
+                        QpWork {
+                            q,
+                            device: self.ep.dev_of(q),
+                            wr_id: idx,
+                            opcode: IBV_WR_RDMA_WRITE_WITH_IMM,
+                            qp_num: N::qp_num(&self.ep.qps[q]),
+                            length: b.len,
+                        },
+                    );
+                }
             }
         }
         self.slots[slot] = Some(Posted {
