@@ -413,15 +413,27 @@ fn perf_ranks_and_doctor_see_the_stand_in() {
         r.stdout
     );
     // doctor: the stand-in's device is the GPU its GDR decision is about.
+    let no_mps = standin().join("no-mps-here");
     let r = cclkit(
         &["doctor", "--cuda-standin", "--net", &plugin, "--json"],
         standin(),
-        &[],
+        &[(
+            "CUDA_MPS_PIPE_DIRECTORY",
+            no_mps.to_str().unwrap_or("/nonexistent"),
+        )],
     );
     let report = json(&r);
     let gpu = report["gpu"]["decisions"][0]["gpu"].as_str().unwrap_or("");
     assert!(
         gpu.contains("cclkit CUDA stand-in") && gpu.contains("0000:18:00.0"),
+        "{report:#}"
+    );
+    // The stand-in says compute capability 9.0: the kernels would come from the
+    // sm_90 PTX; and no MPS daemon answers in a pipe directory that does not exist.
+    assert!(gpu.contains("sm_90, sm_90 PTX"), "{report:#}");
+    let summary = report["gpu"]["summary"].as_str().unwrap_or("");
+    assert!(
+        summary.ends_with("; no CUDA MPS control daemon found (ranks sharing a GPU time-slice it)"),
         "{report:#}"
     );
     assert_eq!(

@@ -64,11 +64,18 @@ fn gpus() -> Result<Vec<(String, GpuFacts)>, String> {
         .map(|i| {
             CudaDevice::query(i)
                 .map(|info| {
+                    // The kernels this GPU would load (the sm_90 PTX from 9.0 on).
+                    let forced = std::env::var(cclkit_kernels::cuda::PTX_ENV).ok();
+                    let ptx =
+                        cclkit_kernels::cuda::ptx_for(info.compute_capability, forced.as_deref())
+                            .map_or_else(|e| e.to_string(), |p| format!("{} PTX", p.1));
                     (
                         format!(
-                            "GPU {i} {} (PCI {})",
+                            "GPU {i} {} (PCI {}, sm_{}{}, {ptx})",
                             info.name,
-                            info.pci_bus_id.as_deref().unwrap_or("?")
+                            info.pci_bus_id.as_deref().unwrap_or("?"),
+                            info.compute_capability.0,
+                            info.compute_capability.1,
                         ),
                         GpuFacts::of(&info),
                     )
@@ -108,7 +115,13 @@ pub fn report(devices: &[DeviceReport], get: &dyn Fn(&str) -> Option<String>) ->
             };
         }
     };
-    let summary = format!("{} GPU(s), decided per net device", gpus.len());
+    // Local ranks sharing a GPU time-slice it without MPS (`cclkit perf` warns).
+    let mps = if crate::commands::perf::gpus::mps_found(get) {
+        "a CUDA MPS control daemon is running"
+    } else {
+        "no CUDA MPS control daemon found (ranks sharing a GPU time-slice it)"
+    };
+    let summary = format!("{} GPU(s), decided per net device; {mps}", gpus.len());
     let decisions = decide_all(&gpus, devices, &env);
     GdrReport {
         summary,
