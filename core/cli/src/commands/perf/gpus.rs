@@ -50,11 +50,16 @@ pub fn sharing_note_of(comm: &Comm) -> Result<Option<String>> {
     // Only a real GPU time-slices (not the emulator, not the host-memory stand-in).
     let real_gpu = !comm.device().is_emulated()
         && crate::standin::active_in(&|k| std::env::var_os(k)).is_none();
-    let Some(gpu) = comm.device().gpu_label().filter(|_| real_gpu) else {
-        return Ok(None);
+    // Every rank takes part, GPU or not: ranks of one communicator may differ
+    // (`CCLKIT_DEVICE` per rank), and an exchange some skipped would stall.
+    let key = match comm.device().gpu_label().filter(|_| real_gpu) {
+        Some(gpu) => key(
+            &comm.peers()[comm.rank()].hostname,
+            &gpu,
+            mps_found(&|k| std::env::var(k).ok()),
+        ),
+        None => String::new(),
     };
-    let mps = mps_found(&|k| std::env::var(k).ok());
-    let key = key(&comm.peers()[comm.rank()].hostname, &gpu, mps);
     let keys: Vec<String> = comm
         .bootstrap()
         .allgather(key.as_bytes())?
@@ -89,10 +94,11 @@ pub fn key(host: &str, gpu: &str, mps: bool) -> String {
 }
 
 /// The header's note for ranks that share a GPU while some of them found no MPS
-/// (`keys[r]` is rank `r`'s [`key`]); `None` when no GPU is shared that way.
+/// (`keys[r]` is rank `r`'s [`key`], empty for a rank on no real GPU); `None`
+/// when no GPU is shared that way.
 pub fn sharing_note(keys: &[String]) -> Option<String> {
     let mut groups: Vec<(&str, &str, Vec<usize>, bool)> = Vec::new();
-    for (rank, k) in keys.iter().enumerate() {
+    for (rank, k) in keys.iter().enumerate().filter(|(_, k)| !k.is_empty()) {
         let mut f = k.splitn(3, '\t');
         let (host, gpu, mps) = (
             f.next().unwrap_or(""),
@@ -177,6 +183,10 @@ mod tests {
             sharing_note(&[k("a", "0", false), k("b", "0", false)]),
             None
         );
+        // Ranks on host memory (empty keys) share nothing, and do not split a run.
+        assert_eq!(sharing_note(&[String::new(), String::new()]), None);
+        let mixed = sharing_note(&[k("h", "g", false), String::new(), k("h", "g", false)]);
+        assert!(mixed.is_some_and(|n| n.contains("ranks 0,2 share GPU g on h")));
         let note = sharing_note(&[
             k("a", "00:06.0", false),
             k("a", "00:06.0", true),
