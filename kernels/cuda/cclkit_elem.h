@@ -149,8 +149,6 @@ CCLKIT_FN u8 f32_to_e4m3(float f) {
   return (u8)(bits | sign);
 }
 
-CCLKIT_FN float e5m2_to_f32(u8 b) { return f16_to_f32((u16)((u16)b << 8)); }
-
 CCLKIT_FN u8 f32_to_e5m2(float f) {
   u32 x = f32_to_bits(f);
   u32 sign = (x >> 24) & 0x80u;
@@ -270,66 +268,60 @@ template <> struct Arith<double> {
     CCLKIT_FN static T postdiv(T a, u64) { return a; }                         \
   };
 
-// f16 on the device converts with the hardware's cvt (sm_53 and later): IEEE
-// round-to-nearest-even, subnormals kept, overflow to infinity, so the same
-// results as the software conversions above, NaN payloads aside. On an H200 the
-// software ones held an f16 sum to 0.74 of the copy bandwidth (docs/cuda.md).
-// bf16 keeps the software ones (it already runs at the copy bandwidth); fp8
-// is below.
+// The conversions the arithmetic uses: the GPU's own cvt where it gives the
+// same results as the software ones above (IEEE round-to-nearest-even,
+// subnormals kept, f16 overflow to infinity, fp8 .satfinite as __NV_SATFINITE;
+// NaN payloads aside), the software ones elsewhere. On an H200 the software
+// ones held f16 sums to 0.74 and fp8 sums to 0.37-0.41 of the copy bandwidth
+// (docs/cuda.md). bf16 keeps them: it already runs at the copy bandwidth.
+//   * f16: cvt on every GPU (sm_53 and later).
+//   * e5m2 widens as the top byte of an f16, so through the f16 conversion.
+//   * e4m3, and e5m2 narrowing: cvt from sm_89, so in the sm_90 PTX only. Both
+//     halves of each x2 operand carry the same value, so the result does not
+//     depend on which half the instruction puts where.
 #if CCLKIT_DEVICE
-CCLKIT_FN float f16_to_f32_cvt(u16 h) {
+CCLKIT_FN float f16_widen(u16 h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
   return f;
 }
-CCLKIT_FN u16 f32_to_f16_cvt(float f) {
+CCLKIT_FN u16 f16_narrow(float f) {
   u16 h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
 }
-CCLKIT_SMALL_ARITH(f16, u16, f16_to_f32_cvt, f32_to_f16_cvt, mm16)
 #else
-CCLKIT_SMALL_ARITH(f16, u16, f16_to_f32, f32_to_f16, mm16)
+CCLKIT_FN float f16_widen(u16 h) { return f16_to_f32(h); }
+CCLKIT_FN u16 f16_narrow(float f) { return f32_to_f16(f); }
 #endif
-CCLKIT_SMALL_ARITH(bf16, u16, bf16_to_f32, f32_to_bf16, mmbf16)
-
-// fp8 on the device. e5m2 is the top byte of an f16, so it widens exactly
-// through the f16 cvt on every GPU. From sm_89 (the sm_90 PTX, `make ptx`)
-// the hardware converts both fp8 formats: widening exactly, narrowing with
-// round-to-nearest-even and .satfinite (a finite value beyond the largest
-// saturates to it, as __NV_SATFINITE and the software narrowing above do; NaN
-// stays NaN). Both halves of each x2 operand carry the same value, so the
-// result does not depend on which half the instruction puts where. On an H200
-// the software conversions held fp8 sums to 0.37-0.41 of the copy bandwidth.
-#if CCLKIT_DEVICE
-CCLKIT_FN float e5m2_to_f32_cvt(u8 b) { return f16_to_f32_cvt((u16)((u16)b << 8)); }
-#endif
+CCLKIT_FN float e5m2_widen(u8 b) { return f16_widen((u16)((u16)b << 8)); }
 #if CCLKIT_DEVICE && __CUDA_ARCH__ >= 890
-CCLKIT_FN float e4m3_to_f32_cvt(u8 b) {
+CCLKIT_FN float e4m3_widen(u8 b) {
   u16 two = (u16)(b | ((u16)b << 8));
   u32 halves;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(two));
-  return f16_to_f32_cvt((u16)halves);
+  return f16_widen((u16)halves);
 }
-CCLKIT_FN u8 f32_to_e4m3_cvt(float f) {
+CCLKIT_FN u8 e4m3_narrow(float f) {
   u16 two;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %1;" : "=h"(two) : "f"(f));
   return (u8)two;
 }
-CCLKIT_FN u8 f32_to_e5m2_cvt(float f) {
+CCLKIT_FN u8 e5m2_narrow(float f) {
   u16 two;
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %1;" : "=h"(two) : "f"(f));
   return (u8)two;
 }
-CCLKIT_SMALL_ARITH(e4m3, u8, e4m3_to_f32_cvt, f32_to_e4m3_cvt, mme4m3)
-CCLKIT_SMALL_ARITH(e5m2, u8, e5m2_to_f32_cvt, f32_to_e5m2_cvt, mme5m2)
-#elif CCLKIT_DEVICE
-CCLKIT_SMALL_ARITH(e4m3, u8, e4m3_to_f32, f32_to_e4m3, mme4m3)
-CCLKIT_SMALL_ARITH(e5m2, u8, e5m2_to_f32_cvt, f32_to_e5m2, mme5m2)
 #else
-CCLKIT_SMALL_ARITH(e4m3, u8, e4m3_to_f32, f32_to_e4m3, mme4m3)
-CCLKIT_SMALL_ARITH(e5m2, u8, e5m2_to_f32, f32_to_e5m2, mme5m2)
+CCLKIT_FN float e4m3_widen(u8 b) { return e4m3_to_f32(b); }
+CCLKIT_FN u8 e4m3_narrow(float f) { return f32_to_e4m3(f); }
+CCLKIT_FN u8 e5m2_narrow(float f) { return f32_to_e5m2(f); }
 #endif
+
+CCLKIT_SMALL_ARITH(f16, u16, f16_widen, f16_narrow, mm16)
+CCLKIT_SMALL_ARITH(bf16, u16, bf16_to_f32, f32_to_bf16, mmbf16)
+CCLKIT_SMALL_ARITH(e4m3, u8, e4m3_widen, e4m3_narrow, mme4m3)
+CCLKIT_SMALL_ARITH(e5m2, u8, e5m2_widen, e5m2_narrow, mme5m2)
 
 // ---- the device-level ops (NCCL's ncclDevRedOp_t), as functors ---------------
 //
