@@ -86,8 +86,7 @@ fn run(args: &Args) -> Result<(), CudaError> {
         CudaDevice::open(0)?
     };
     let info = dev.info();
-    let forced = std::env::var(cuda::PTX_ENV).ok();
-    let ptx = cuda::ptx_for(info.compute_capability, forced.as_deref()).map_or("-", |p| p.1);
+    let ptx = cuda::ptx_loaded_for(info.compute_capability).map_or("-", |p| p.1);
     println!(
         "device: {} (sm_{}{}, {} SMs{}, {ptx} PTX), {} MiB per buffer, best of {}",
         info.name,

@@ -200,14 +200,13 @@ impl RequestProfiler {
     /// Every entry must be NULL or the profiler handle NCCL passed for that buffer
     /// of this request, and none may be used after the request completed.
     pub unsafe fn new_grouped(profiler: NetProfiler, phandles: &[*mut c_void]) -> Self {
-        let n = phandles.len().clamp(1, NET_PROFILER_GROUP_HANDLES);
+        let n = phandles.len().min(NET_PROFILER_GROUP_HANDLES);
         let mut kept = [std::ptr::null_mut(); NET_PROFILER_GROUP_HANDLES];
-        kept[..phandles.len().min(NET_PROFILER_GROUP_HANDLES)]
-            .copy_from_slice(&phandles[..phandles.len().min(NET_PROFILER_GROUP_HANDLES)]);
+        kept[..n].copy_from_slice(&phandles[..n]);
         Self {
             profiler,
             phandles: kept,
-            n,
+            n: n.max(1),
         }
     }
 

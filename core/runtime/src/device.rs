@@ -90,11 +90,22 @@ impl DeviceKind {
     /// # Errors
     /// Anything else (the message lists what is accepted).
     pub fn parse(s: &str, emulated: bool) -> Result<Self> {
+        Self::parse_or(s, emulated, || 0)
+    }
+
+    /// [`parse`](Self::parse), with a GPU named without an ordinal (`cuda`, `gpu`)
+    /// on the one `unnamed` gives (the library's default is 0, as NCCL uses the
+    /// device the application set; `cclkit perf` gives local rank `i` GPU `i`).
+    /// The emulated device is always 0.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub fn parse_or(s: &str, emulated: bool, unnamed: impl FnOnce() -> usize) -> Result<Self> {
         let s = s.trim().to_ascii_lowercase();
         let cuda = |ordinal| DeviceKind::Cuda { ordinal, emulated };
         match s.as_str() {
             "host" | "cpu" => Ok(DeviceKind::Host),
-            "cuda" | "gpu" => Ok(cuda(0)),
+            "cuda" | "gpu" => Ok(cuda(if emulated { 0 } else { unnamed() })),
             _ => s
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())

@@ -204,8 +204,7 @@ impl Driver {
     pub(crate) fn open(ordinal: usize) -> Result<Self, CudaError> {
         let (dev, info) = Self::query(ordinal)?;
         let sm_count = info.sm_count;
-        let forced = std::env::var(entries::PTX_ENV).ok();
-        let (ptx, _) = entries::ptx_for(info.compute_capability, forced.as_deref())?;
+        let (ptx, _) = entries::ptx_loaded_for(info.compute_capability)?;
         call("open device", || {
             let mut ctx: sys::CUcontext = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; `dev` is valid.

@@ -47,6 +47,15 @@ pub fn ptx_for(
     }
 }
 
+/// The PTX [`CudaDevice::open`](super::CudaDevice::open) loads for a GPU of
+/// compute capability `cc`: [`ptx_for`] with [`PTX_ENV`] read from the environment.
+///
+/// # Errors
+/// As [`ptx_for`].
+pub fn ptx_loaded_for(cc: (i32, i32)) -> Result<(&'static str, &'static str), CudaError> {
+    ptx_for(cc, std::env::var(PTX_ENV).ok().as_deref())
+}
+
 /// Threads per block of every launch.
 pub const BLOCK_THREADS: u32 = 256;
 

@@ -56,7 +56,7 @@ mod tests;
 
 pub use device::{CudaDevice, DeviceBuffer, DeviceInfo, Dmabuf, HostBuffer, ManagedBuffer, Stream};
 pub use driver::{driver_present, driver_version};
-pub use entries::{BLOCK_THREADS, PTX, PTX_ENV, PTX_SM90, entry_names, ptx_for};
+pub use entries::{BLOCK_THREADS, PTX, PTX_ENV, PTX_SM90, entry_names, ptx_for, ptx_loaded_for};
 
 /// An address in the device's unified address space: device memory, or
 /// mapped pinned host memory (and, on the emulated device, host memory).

@@ -568,9 +568,8 @@ fn emulated_managed_buffers() {
 #[ignore = "needs a GPU (kernels/cuda/gpu-check.sh)"]
 fn gpu_device_kernels_match_host_kernels() {
     let dev = CudaDevice::open(0).expect("open CUDA device 0");
-    let forced = std::env::var(entries::PTX_ENV).ok();
-    let (_, ptx) = entries::ptx_for(dev.info().compute_capability, forced.as_deref())
-        .expect("the PTX this device loaded");
+    let (_, ptx) =
+        entries::ptx_loaded_for(dev.info().compute_capability).expect("the PTX this device loaded");
     eprintln!("device: {:?}, {ptx} PTX", dev.info());
     let (d, h, v) = (
         dev.alloc(64).expect("alloc"),

@@ -9,7 +9,7 @@ use super::{NetExport, channel, ops, props};
 use crate::error::Error;
 use crate::export::guard::guard;
 use crate::log::set_logger;
-use crate::profiler::net::{NET_PROFILER_GROUP_HANDLES, RequestProfiler};
+use crate::profiler::net::RequestProfiler;
 use crate::raw::common::{NcclResult, ncclDebugLogger_t, ncclProfilerCallback_t};
 use crate::raw::net::{
     ncclNetAttr_v11_t, ncclNetCommConfig_v10_t, ncclNetDeviceHandle_v7_t, ncclNetVDeviceProps_v9_t,
@@ -364,9 +364,7 @@ pub(crate) unsafe extern "C" fn irecv_v10<T: NetExport>(
     // request completes.
     guard("ncclNet.irecv", || unsafe {
         let handles: &[*mut c_void] = match usize::try_from(n) {
-            Ok(n) if n >= 1 && !phandles.is_null() => {
-                std::slice::from_raw_parts(phandles, n.min(NET_PROFILER_GROUP_HANDLES))
-            }
+            Ok(n) if n >= 1 && !phandles.is_null() => std::slice::from_raw_parts(phandles, n),
             _ => &[],
         };
         let prof = RequestProfiler::new_grouped(T::state().profiler(), handles);

@@ -65,10 +65,8 @@ fn gpus() -> Result<Vec<(String, GpuFacts)>, String> {
             CudaDevice::query(i)
                 .map(|info| {
                     // The kernels this GPU would load (the sm_90 PTX from 9.0 on).
-                    let forced = std::env::var(cclkit_kernels::cuda::PTX_ENV).ok();
-                    let ptx =
-                        cclkit_kernels::cuda::ptx_for(info.compute_capability, forced.as_deref())
-                            .map_or_else(|e| e.to_string(), |p| format!("{} PTX", p.1));
+                    let ptx = cclkit_kernels::cuda::ptx_loaded_for(info.compute_capability)
+                        .map_or_else(|e| e.to_string(), |p| format!("{} PTX", p.1));
                     (
                         format!(
                             "GPU {i} {} (PCI {}, sm_{}{}, {ptx})",

@@ -8,25 +8,12 @@
 //! an 8-byte AllReduce on 2 ranks took ~550 µs that way and ~40 µs under MPS, so
 //! the header says so rather than let such numbers pass for the device path's.
 
-use cclkit_runtime::device::DeviceKind;
-use cclkit_runtime::{Comm, Config, Result};
+use cclkit_runtime::{Comm, Result};
 
-/// Puts local rank `local_rank` on its GPU when the device was given (`--device`,
-/// else `CCLKIT_DEVICE`) as a plain `cuda`; leaves every other choice as it is.
-pub fn place(config: &mut Config, spec: Option<&str>, local_rank: usize) {
-    if let (
-        Some(spec),
-        DeviceKind::Cuda {
-            emulated: false, ..
-        },
-    ) = (spec, config.device)
-        && let Some(ordinal) = ordinal_for(spec, local_rank, count())
-    {
-        config.device = DeviceKind::Cuda {
-            ordinal,
-            emulated: false,
-        };
-    }
+/// The GPU of local rank `local_rank` when the device names none (`cuda`):
+/// `local_rank` modulo the GPUs present, 0 without any.
+pub fn ordinal_of(local_rank: usize) -> usize {
+    local_rank % count().max(1)
 }
 
 /// The CUDA devices present (0 without the driver or the `cuda` feature).
@@ -67,14 +54,6 @@ pub fn sharing_note_of(comm: &Comm) -> Result<Option<String>> {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .collect();
     Ok(sharing_note(&keys))
-}
-
-/// The GPU for local rank `local_rank` when the device was given as `spec`:
-/// `Some(local_rank % gpus)` for a plain `cuda`/`gpu` on a machine with GPUs,
-/// `None` (keep the ordinal `spec` names) otherwise.
-pub fn ordinal_for(spec: &str, local_rank: usize, gpus: usize) -> Option<usize> {
-    let plain = matches!(spec.trim().to_ascii_lowercase().as_str(), "cuda" | "gpu");
-    (plain && gpus > 0).then(|| local_rank % gpus)
 }
 
 /// Whether an MPS control daemon is reachable: its pipe directory
@@ -143,18 +122,6 @@ fn list(ranks: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn plain_cuda_follows_the_local_rank() {
-        assert_eq!(ordinal_for("cuda", 5, 8), Some(5));
-        assert_eq!(ordinal_for(" GPU ", 9, 8), Some(1));
-        assert_eq!(ordinal_for("cuda", 2, 3), Some(2));
-        assert_eq!(ordinal_for("cuda", 3, 3), Some(0));
-        // An explicit ordinal is kept; no GPU found keeps the parsed default.
-        assert_eq!(ordinal_for("cuda:1", 5, 8), None);
-        assert_eq!(ordinal_for("cuda", 5, 0), None);
-        assert_eq!(ordinal_for("host", 5, 8), None);
-    }
 
     #[test]
     fn mps_is_found_by_its_control_socket() {

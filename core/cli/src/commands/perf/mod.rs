@@ -279,21 +279,18 @@ fn join(a: &PerfArgs) -> Result<Comm> {
         // Checked by the argument parser: positive, finite, at most a week.
         config.op_timeout = Duration::from_secs_f64(t);
     }
-    if let Some(d) = &a.device {
-        use cclkit_runtime::device::{DeviceKind, emulate_requested};
-        let emulated = emulate_requested(&|k| std::env::var(k).ok());
-        config.device = DeviceKind::parse(d, emulated)?;
-    }
-    // A plain `cuda` gives each local rank its own GPU, as nccl-tests does.
-    let spec = a
+    // `--device`, else `CCLKIT_DEVICE`; a GPU named without an ordinal is local
+    // rank i's GPU i, as nccl-tests does.
+    if let Some(d) = a
         .device
         .clone()
-        .or_else(|| std::env::var("CCLKIT_DEVICE").ok());
-    gpus::place(
-        &mut config,
-        spec.as_deref(),
-        launched.as_ref().map_or(0, |l| l.local_rank),
-    );
+        .or_else(|| std::env::var("CCLKIT_DEVICE").ok())
+    {
+        use cclkit_runtime::device::{DeviceKind, emulate_requested};
+        let emulated = emulate_requested(&|k| std::env::var(k).ok());
+        let local_rank = launched.as_ref().map_or(0, |l| l.local_rank);
+        config.device = DeviceKind::parse_or(&d, emulated, || gpus::ordinal_of(local_rank))?;
+    }
     match world::init_from_env(&config)? {
         Some(c) => Ok(c),
         None => world::single(&config),

@@ -52,6 +52,33 @@ fn device_kinds_parse() {
 }
 
 #[test]
+fn a_gpu_named_without_an_ordinal_takes_the_callers() {
+    let cuda = |ordinal, emulated| DeviceKind::Cuda { ordinal, emulated };
+    assert_eq!(
+        DeviceKind::parse_or(" GPU ", false, || 5).ok(),
+        Some(cuda(5, false))
+    );
+    assert_eq!(
+        DeviceKind::parse_or("cuda", false, || 2).ok(),
+        Some(cuda(2, false))
+    );
+    // An explicit ordinal, host memory and the emulated device never ask.
+    let never = || -> usize { panic!("asked for an ordinal") };
+    assert_eq!(
+        DeviceKind::parse_or("cuda:1", false, never).ok(),
+        Some(cuda(1, false))
+    );
+    assert_eq!(
+        DeviceKind::parse_or("host", false, never).ok(),
+        Some(DeviceKind::Host)
+    );
+    assert_eq!(
+        DeviceKind::parse_or("cuda", true, never).ok(),
+        Some(cuda(0, true))
+    );
+}
+
+#[test]
 fn cuda_without_a_driver_is_a_clear_error() {
     let r = Device::open(DeviceKind::Cuda {
         ordinal: 0,
