@@ -1,17 +1,18 @@
 //! A grouped `irecv` through the exported v12 table hands the plugin every
 //! buffer's profiler handle (NCCL's `phandles[r]`), as NCCL's IB transport uses
-//! them: one event per buffer. The first `NET_PROFILER_GROUP_HANDLES` are kept; a NULL array
-//! reports nothing.
+//! them: one event per buffer. The first `NET_PROFILER_GROUP_HANDLES` are kept; a
+//! NULL array reports nothing.
 //!
 //! One test function: the plugin's state and the recorded calls are process-wide.
 
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::Mutex;
 
-use cclkit_abi::error::{Error, Result};
-use cclkit_abi::net::{
-    Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
-};
+#[macro_use]
+mod common;
+
+use cclkit_abi::error::Result;
+use cclkit_abi::net::{Net, NetHandle, RecvBuf};
 use cclkit_abi::profiler::net::{NET_PROFILER_GROUP_HANDLES, RequestProfiler};
 use cclkit_abi::raw::common::NcclResult;
 use cclkit_abi::raw::profiler::{NCCL_PROFILE_SOCKET, ncclProfilerNetSockDescr_v1_t};
@@ -43,25 +44,7 @@ struct GroupNet;
 
 impl Net for GroupNet {
     const NAME: &'static CStr = c"group";
-    type Context = ();
-    type ListenComm = u32;
-    type SendComm = u32;
-    type RecvComm = u32;
-    type Mr = ();
-    type Request = Box<u8>;
-
-    fn init(_: &InitArgs) -> Result<Self> {
-        Ok(Self)
-    }
-    fn devices(&self) -> usize {
-        1
-    }
-    fn properties(&self, _: usize) -> Result<Properties> {
-        Err(Error::unsupported("properties"))
-    }
-    fn open_context(&self, _: u64, _: CommConfig) -> Result<()> {
-        Ok(())
-    }
+    fake_net_basics!();
     fn listen(&self, _: &(), _: usize, _: &mut NetHandle) -> Result<u32> {
         Ok(1)
     }
@@ -70,12 +53,6 @@ impl Net for GroupNet {
     }
     fn accept(&self, _: &mut u32) -> Result<Option<u32>> {
         Ok(Some(3))
-    }
-    fn reg_mr(&self, _: CommRef<'_, Self>, _: MemRegion) -> Result<()> {
-        Ok(())
-    }
-    fn isend(&self, _: &mut u32, _: Buf, _: i32, _: Option<&()>) -> Result<Option<Box<u8>>> {
-        Ok(None)
     }
     fn irecv(&self, _: &mut u32, _: &[RecvBuf<'_, ()>], _: bool) -> Result<Option<Box<u8>>> {
         Ok(Some(Box::new(0)))
@@ -98,9 +75,6 @@ impl Net for GroupNet {
             prof.stop(ev)?;
         }
         self.irecv(comm, bufs, optional_completion)
-    }
-    fn test(_: &mut Box<u8>, _: &mut Sizes<'_>) -> Result<bool> {
-        Ok(true)
     }
 }
 

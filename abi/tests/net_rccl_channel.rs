@@ -7,11 +7,12 @@
 use std::ffi::{CStr, c_void};
 use std::sync::Mutex;
 
-use cclkit_abi::error::{Error, Result};
+#[macro_use]
+mod common;
+
+use cclkit_abi::error::Result;
 use cclkit_abi::export::net::channel::rccl_channel;
-use cclkit_abi::net::{
-    Buf, CommConfig, CommRef, InitArgs, MemRegion, Net, NetHandle, Properties, RecvBuf, Sizes,
-};
+use cclkit_abi::net::{Net, NetHandle, RecvBuf};
 use cclkit_abi::raw::common::NcclResult;
 use cclkit_abi::raw::net::ncclNetDeviceHandle_v7_t;
 
@@ -26,25 +27,7 @@ struct ChanNet;
 
 impl Net for ChanNet {
     const NAME: &'static CStr = c"chan";
-    type Context = ();
-    type ListenComm = u32;
-    type SendComm = u32;
-    type RecvComm = u32;
-    type Mr = ();
-    type Request = Box<u8>;
-
-    fn init(_: &InitArgs) -> Result<Self> {
-        Ok(Self)
-    }
-    fn devices(&self) -> usize {
-        1
-    }
-    fn properties(&self, _: usize) -> Result<Properties> {
-        Err(Error::unsupported("properties"))
-    }
-    fn open_context(&self, _: u64, _: CommConfig) -> Result<()> {
-        Ok(())
-    }
+    fake_net_basics!();
     fn listen(&self, _: &(), _: usize, _: &mut NetHandle) -> Result<u32> {
         saw("listen");
         Ok(1)
@@ -57,17 +40,8 @@ impl Net for ChanNet {
         saw("accept");
         Ok(Some(3))
     }
-    fn reg_mr(&self, _: CommRef<'_, Self>, _: MemRegion) -> Result<()> {
-        Ok(())
-    }
-    fn isend(&self, _: &mut u32, _: Buf, _: i32, _: Option<&()>) -> Result<Option<Box<u8>>> {
-        Ok(None)
-    }
     fn irecv(&self, _: &mut u32, _: &[RecvBuf<'_, ()>], _: bool) -> Result<Option<Box<u8>>> {
         Ok(None)
-    }
-    fn test(_: &mut Box<u8>, _: &mut Sizes<'_>) -> Result<bool> {
-        Ok(true)
     }
 }
 
