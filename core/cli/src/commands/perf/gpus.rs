@@ -39,9 +39,11 @@ pub fn sharing_note_of(comm: &Comm) -> Result<Option<String>> {
         && crate::standin::active_in(&|k| std::env::var_os(k)).is_none();
     // Every rank takes part, GPU or not: ranks of one communicator may differ
     // (`CCLKIT_DEVICE` per rank), and an exchange some skipped would stall.
+    let me = &comm.peers()[comm.rank()];
     let key = match comm.device().gpu_label().filter(|_| real_gpu) {
         Some(gpu) => key(
-            &comm.peers()[comm.rank()].hostname,
+            me.host_hash,
+            &me.hostname,
             &gpu,
             mps_found(&|k| std::env::var(k).ok()),
         ),
@@ -66,36 +68,35 @@ pub fn mps_found(get: &dyn Fn(&str) -> Option<String>) -> bool {
     std::path::Path::new(&dir).join("control").exists()
 }
 
-/// One rank's GPU as the ranks exchange it: host, GPU (PCI bus id or ordinal)
-/// and whether it found MPS, tab-separated.
-pub fn key(host: &str, gpu: &str, mps: bool) -> String {
-    format!("{host}\t{gpu}\t{}", u8::from(mps))
+/// One rank's GPU as the ranks exchange it, tab-separated: its host (the
+/// runtime's host hash, which also decides local ranks, then the name shown),
+/// its GPU (ordinal, name and PCI bus id) and whether it found MPS.
+pub fn key(host_hash: u64, host: &str, gpu: &str, mps: bool) -> String {
+    format!("{host_hash:x}\t{host}\t{gpu}\t{}", u8::from(mps))
 }
 
 /// The header's note for ranks that share a GPU while some of them found no MPS
 /// (`keys[r]` is rank `r`'s [`key`], empty for a rank on no real GPU); `None`
 /// when no GPU is shared that way.
 pub fn sharing_note(keys: &[String]) -> Option<String> {
-    let mut groups: Vec<(&str, &str, Vec<usize>, bool)> = Vec::new();
+    // (host hash, host name, GPU, ranks, all under MPS)
+    let mut groups: Vec<(&str, &str, &str, Vec<usize>, bool)> = Vec::new();
     for (rank, k) in keys.iter().enumerate().filter(|(_, k)| !k.is_empty()) {
-        let mut f = k.splitn(3, '\t');
-        let (host, gpu, mps) = (
-            f.next().unwrap_or(""),
-            f.next().unwrap_or(""),
-            f.next() == Some("1"),
-        );
-        match groups.iter_mut().find(|g| g.0 == host && g.1 == gpu) {
+        let mut f = k.splitn(4, '\t');
+        let mut next = || f.next().unwrap_or("");
+        let (hash, host, gpu, mps) = (next(), next(), next(), next() == "1");
+        match groups.iter_mut().find(|g| g.0 == hash && g.2 == gpu) {
             Some(g) => {
-                g.2.push(rank);
-                g.3 &= mps;
+                g.3.push(rank);
+                g.4 &= mps;
             }
-            None => groups.push((host, gpu, vec![rank], mps)),
+            None => groups.push((hash, host, gpu, vec![rank], mps)),
         }
     }
     let shared: Vec<String> = groups
         .iter()
-        .filter(|g| g.2.len() > 1 && !g.3)
-        .map(|g| format!("ranks {} share GPU {} on {}", list(&g.2), g.1, g.0))
+        .filter(|g| g.3.len() > 1 && !g.4)
+        .map(|g| format!("ranks {} share GPU {} on {}", list(&g.3), g.2, g.1))
         .collect();
     (!shared.is_empty()).then(|| {
         format!(
@@ -137,7 +138,8 @@ mod tests {
 
     #[test]
     fn a_note_only_for_a_gpu_shared_without_mps() {
-        let k = |h: &str, g: &str, m: bool| key(h, g, m);
+        // Host `h` gets the hash of its first letter, so names and hashes agree here.
+        let k = |h: &str, g: &str, m: bool| key(u64::from(h.as_bytes()[0]), h, g, m);
         // One GPU per rank: nothing to say.
         assert_eq!(
             sharing_note(&[k("a", "0", false), k("a", "1", false)]),
@@ -148,6 +150,12 @@ mod tests {
         // The same bus id on two hosts is two GPUs.
         assert_eq!(
             sharing_note(&[k("a", "0", false), k("b", "0", false)]),
+            None
+        );
+        // Two hosts with one name (containers, say) are still two hosts: the
+        // runtime's host hash decides, as it does for local ranks.
+        assert_eq!(
+            sharing_note(&[key(1, "node", "0", false), key(2, "node", "0", false)]),
             None
         );
         // Ranks on host memory (empty keys) share nothing, and do not split a run.
