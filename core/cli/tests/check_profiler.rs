@@ -124,6 +124,31 @@ fn a_correct_profiler_passes_every_check_in_each_version() {
     }
 }
 
+/// NCCL's example profiler takes its mask from `NCCL_PROFILE_EVENT_MASK` through
+/// `atoi`, so the check must ask in decimal: a hex mask reads as 0, no event is sent
+/// and every event check would pass without testing anything.
+#[test]
+fn a_profiler_reading_its_mask_with_atoi_gets_every_event() {
+    let p = Plugins::new();
+    let lib = p.with_header(
+        "mask_atoi_v7.so",
+        "profiler/broken_profiler.c",
+        &["PROF_VERSION=7", "MASK_ATOI"],
+    );
+    let r = all_pass(&lib, &[7]);
+    let got = accepted_types(&r, 7);
+    for t in [
+        "GroupApi",
+        "Coll",
+        "ProxyStep",
+        "KernelCh",
+        "CeColl",
+        "KernelPhase",
+    ] {
+        assert!(got.iter().any(|g| g == t), "no {t} in {got:?}");
+    }
+}
+
 #[test]
 fn the_trace_profiler_and_the_template_pass_every_exported_version() {
     for name in ["libnccl-profiler-cclkit.so", "libnccl-profiler-template.so"] {

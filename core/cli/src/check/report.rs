@@ -98,6 +98,45 @@ pub struct Exports {
     pub kinds: Vec<cclkit_host::kinds::Found>,
 }
 
+impl Exports {
+    /// The report's second line: every kind with its versions, newest first ("-"
+    /// for none); net, CollNet, tuner, profiler and env always, GIN and RMA when
+    /// exported. `exports: net v12 | collnet - | tuner v6 | profiler - | env -   (seed 7)`
+    pub fn line(&self, seed: u64) -> String {
+        use cclkit_host::kinds::Kind;
+        let versions = |v: &mut dyn Iterator<Item = u32>| {
+            let list: Vec<String> = v.map(|n| format!("v{n}")).collect();
+            if list.is_empty() {
+                "-".to_owned()
+            } else {
+                list.join(" ")
+            }
+        };
+        let mut parts = vec![
+            format!("net {}", versions(&mut self.net.iter().copied())),
+            format!("collnet {}", versions(&mut self.collnet.iter().copied())),
+            format!("tuner {}", versions(&mut self.tuner.iter().copied())),
+        ];
+        for kind in [Kind::Profiler, Kind::Env, Kind::Gin, Kind::Rma] {
+            let mut of_kind = self
+                .kinds
+                .iter()
+                .filter(|f| f.kind == kind)
+                .map(|f| f.version)
+                .peekable();
+            if of_kind.peek().is_none() && matches!(kind, Kind::Gin | Kind::Rma) {
+                continue;
+            }
+            parts.push(format!(
+                "{} {}",
+                kind.label().to_ascii_lowercase(),
+                versions(&mut of_kind)
+            ));
+        }
+        format!("exports: {}   (seed {seed})", parts.join(" | "))
+    }
+}
+
 /// The outcome of a whole run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -231,27 +270,7 @@ impl Report {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "cclkit check {}", self.path);
-        let list = |v: &[u32]| {
-            v.iter()
-                .map(|n| format!("v{n}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let none = |v: &[u32]| {
-            if v.is_empty() {
-                "-".to_owned()
-            } else {
-                list(v)
-            }
-        };
-        let _ = writeln!(
-            out,
-            "exports: net {} | collnet {} | tuner {}   (seed {})",
-            none(&self.exports.net),
-            none(&self.exports.collnet),
-            none(&self.exports.tuner),
-            self.seed
-        );
+        let _ = writeln!(out, "{}", self.exports.line(self.seed));
         for r in &self.results {
             let _ = writeln!(out, "{}", r.line());
         }
@@ -297,7 +316,9 @@ mod tests {
         assert_eq!((r.passed, r.failed, r.skipped), (1, 1, 1));
         assert_eq!(r.verdict, Verdict::Failed);
         let text = r.render();
-        assert!(text.contains("exports: net v12 v11 | collnet - | tuner -   (seed 5)"));
+        assert!(text.contains(
+            "exports: net v12 v11 | collnet - | tuner - | profiler - | env -   (seed 5)"
+        ));
         assert!(
             text.contains("FAIL  net v12   sendrecv             sendrecv message"),
             "{text}"
@@ -315,6 +336,26 @@ mod tests {
         assert_eq!(json["results"][1]["family"], "net");
         assert_eq!(json["results"][1]["class"], "contract");
         assert_eq!(json["verdict"], "failed");
+    }
+
+    #[test]
+    fn exports_line_names_profiler_env_and_gin_tables() {
+        let kinds = cclkit_host::kinds::classify_names([
+            "ncclTunerPlugin_v6",
+            "ncclProfiler_v6",
+            "ncclProfiler_v5",
+            "ncclEnvPlugin_v2",
+            "ncclGinPlugin_v13",
+        ]);
+        let e = Exports {
+            tuner: vec![6],
+            kinds,
+            ..Exports::default()
+        };
+        assert_eq!(
+            e.line(9),
+            "exports: net - | collnet - | tuner v6 | profiler v6 v5 | env v2 | gin v13   (seed 9)"
+        );
     }
 
     #[test]

@@ -132,23 +132,8 @@ pub fn run(args: &CheckArgs) -> ExitCode {
     let mut show = |e: Event<'_>| match e {
         _ if json => {}
         Event::Start { path, exports } => {
-            let list = |v: &[u32]| {
-                if v.is_empty() {
-                    "-".to_owned()
-                } else {
-                    v.iter()
-                        .map(|n| format!("v{n}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                }
-            };
             println!("cclkit check {}", path.display());
-            println!(
-                "exports: net {} | collnet {} | tuner {}   (seed {seed})",
-                list(&exports.net),
-                list(&exports.collnet),
-                list(&exports.tuner)
-            );
+            println!("{}", exports.line(seed));
             for line in exports.kinds.iter().filter_map(|k| k.not_checked()) {
                 println!("{line}");
             }

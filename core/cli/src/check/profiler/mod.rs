@@ -122,7 +122,9 @@ pub(super) fn load_profiler(env: &Env) -> Result<(ProfilerPlugin, Scratch), Stop
     let dir = std::env::temp_dir().join(format!("cclkit-check-profiler-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| Stop::Skip(format!("scratch directory {}: {e}", dir.display())))?;
-    let all = format!("{:#x}", bit::known(env.version));
+    // Decimal: NCCL's example profiler reads the mask with `atoi`, which stops at
+    // the `x` of a hex number and would ask for no events at all.
+    let all = bit::known(env.version).to_string();
     for (k, v) in [
         ("NCCL_PROFILE_EVENT_MASK", all.as_str()),
         ("CCLKIT_PROFILE_MASK", all.as_str()),
