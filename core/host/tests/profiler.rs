@@ -215,9 +215,60 @@ fn v7_tree_mask_decline_and_states() {
          state 6 9 size={size}\n\
          decline 4\n\
          stop 6\nstop 5\nstop 4\nstop 3\nstop 2\nstop 1\n\
+         kept name=world func=AllReduce dtype=ncclFloat32 algo=RING proto=SIMPLE api=AllReduce\n\
          finalize 1\n"
     );
     assert_eq!(log(&lib), expect);
+}
+
+/// Profilers keep the name pointers NCCL gives them and read them later (NCCL's
+/// example profiler prints them at finalize): NCCL's enum names are static and the
+/// communicator's name lives as long as the communicator. Names built at run time
+/// and dropped after the call, heap churn in between, and a comm name too long to
+/// be kept for the process (owned by the context instead) must all read back.
+#[test]
+fn names_outlive_the_call_that_passed_them() {
+    let p = Plugins::new();
+    let lib = build(&p, "libprof7_kept.so", &[]);
+    let plugin = ProfilerPlugin::from_library(lib.clone()).expect("load");
+    let tag: u64 = rand::rng().random();
+    for comm in [
+        format!("comm-{tag:x}"),
+        format!("long-{tag:x}-{}", "n".repeat(300)),
+    ] {
+        let ctx = ProfilerContext::init(
+            &plugin,
+            &InitArgs {
+                comm_name: Some(&comm),
+                ..args(0)
+            },
+        )
+        .expect("init");
+        let (func, dtype) = (String::from("ReduceScatter"), format!("ncclInt{}", 32));
+        let (algo, proto) = ("PAT".to_owned(), "LL128".to_owned());
+        let c = ctx.start(
+            &Event {
+                rank: 0,
+                kind: EventKind::Coll(Coll {
+                    func: Some(&func),
+                    datatype: Some(&dtype),
+                    algo: Some(&algo),
+                    proto: Some(&proto),
+                    ..coll(3)
+                }),
+            },
+            Parents::default(),
+        );
+        ctx.stop(c);
+        drop((func, dtype, algo, proto));
+        // Reuse the freed heap: any name read from freed memory reads this.
+        let churn: Vec<Vec<u8>> = (1..2048).map(|i| vec![b'#'; i % 300 + 1]).collect();
+        drop(ctx);
+        drop(churn);
+        let want =
+            format!("kept name={comm} func=ReduceScatter dtype=ncclInt32 algo=PAT proto=LL128");
+        assert!(log(&lib).contains(&want), "{want}\n{}", log(&lib));
+    }
 }
 
 #[test]

@@ -89,6 +89,9 @@ pub struct ProfilerContext {
     rank: i32,
     errors: AtomicU64,
     finalized: AtomicBool,
+    /// The communicator name given to `init` when it could not be kept for the
+    /// process's life ([`encode::interned`]): the profiler may keep the pointer.
+    _name: Option<CString>,
 }
 
 impl fmt::Debug for ProfilerContext {
@@ -153,8 +156,15 @@ impl ProfilerContext {
     /// limited to the bits this version can emit.
     pub fn init(plugin: &ProfilerPlugin, args: &InitArgs<'_>) -> Result<Self, ProfilerError> {
         let raw = plugin.raw();
-        let name = args.comm_name.and_then(|n| CString::new(n).ok());
-        let name_ptr = name.as_ref().map_or(null(), |n| n.as_ptr());
+        // NCCL passes its communicator's name, valid until the communicator is
+        // destroyed, and profilers keep it (NCCL's example profiler logs it at
+        // finalize): the name is kept for the process's life, or with the context.
+        let kept = args.comm_name.and_then(encode::interned);
+        let name = match (args.comm_name, kept) {
+            (Some(n), None) => CString::new(n.replace('\0', "")).ok(),
+            _ => None,
+        };
+        let name_ptr = kept.or(name.as_ref().map(|n| n.as_ptr())).unwrap_or(null());
         let log = logger::logger();
         let mut ctx: *mut c_void = null_mut();
         let mut mask: c_int = 0;
@@ -201,6 +211,7 @@ impl ProfilerContext {
             rank: args.rank,
             errors: AtomicU64::new(0),
             finalized: AtomicBool::new(false),
+            _name: name,
         })
     }
 

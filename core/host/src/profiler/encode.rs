@@ -2,26 +2,67 @@
 //!
 //! Every descriptor starts zeroed, so fields an event does not carry are 0/NULL, as
 //! NCCL's `{0}`-initialised descriptors are. Strings are handed over as C strings
-//! owned by a [`Scratch`] that outlives the `startEvent` call (NCCL's strings are only
-//! valid during the call too). v1 has numbers where later versions have names: they
+//! that stay valid for the rest of the process ([`Scratch::c`]): NCCL passes static
+//! enum names (`ncclFuncToString`, `ncclDatatypeToString`, …) and its communicator's
+//! name, and profilers keep those pointers (NCCL's example profiler prints them at
+//! `finalize`). v1 has numbers where later versions have names: they
 //! are looked up in NCCL's enums. An event kind a version cannot express is not
 //! encoded (`None`), so it never reaches that profiler.
 
+use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_void};
 use std::ptr::null;
+use std::sync::{Mutex, OnceLock};
 
 use cclkit_abi::profiler::{Event, EventKind};
 use cclkit_abi::raw::common::{Algorithm, DataType, Func, Protocol};
 use cclkit_abi::raw::profiler::{self as raw, v1, v2, v3, v4};
 
-/// Owner of the C strings of one descriptor.
+/// Most distinct strings kept for the process's life. The runtime's names come from
+/// small sets (NCCL's enum names, phase names, communicator names); past this, or
+/// for a string longer than [`INTERN_MAX_LEN`], a copy lives only as long as the
+/// descriptor's [`Scratch`].
+const INTERN_MAX: usize = 4096;
+/// Longest string kept for the process's life, in bytes.
+const INTERN_MAX_LEN: usize = 256;
+
+/// The C copy of `s` kept for the process's life: the same pointer for the same
+/// string every time. `None` once [`INTERN_MAX`] strings are kept or for a long one.
+pub fn interned(s: &str) -> Option<*const c_char> {
+    static KEPT: OnceLock<Mutex<HashMap<Box<str>, CString>>> = OnceLock::new();
+    if s.len() > INTERN_MAX_LEN {
+        return None;
+    }
+    let mut kept = KEPT
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = kept.get(s) {
+        return Some(c.as_ptr());
+    }
+    if kept.len() >= INTERN_MAX {
+        return None;
+    }
+    let c = CString::new(s.replace('\0', "")).unwrap_or_default();
+    // The map may move the CString when it grows, never its heap buffer, and
+    // entries are never removed: the pointer stays valid until the process exits.
+    let p = c.as_ptr();
+    kept.insert(s.into(), c);
+    Some(p)
+}
+
+/// Owner of the C strings of one descriptor that could not be kept ([`interned`]).
 #[derive(Default)]
 pub struct Scratch(Vec<CString>);
 
 impl Scratch {
-    /// A C copy of `s` (NULL for `None`), valid while `self` lives.
+    /// A C copy of `s` (NULL for `None`): kept for the process's life where it can
+    /// be ([`interned`]), else valid while `self` lives.
     pub fn c(&mut self, s: Option<&str>) -> *const c_char {
         let Some(s) = s else { return null() };
+        if let Some(p) = interned(s) {
+            return p;
+        }
         let c = CString::new(s.replace('\0', "")).unwrap_or_default();
         let p = c.as_ptr();
         // Moving a CString does not move its heap buffer, so `p` stays valid.
