@@ -289,3 +289,37 @@ fn info_on_the_packaged_rust_plugins() {
         assert!(Path::new(&path).exists());
     }
 }
+
+/// Sample decisions start from the built-in model's cost table, as NCCL hands its
+/// own model's times to a tuner: a tuner that leaves the table alone gets the
+/// model's choice (on 2 host-memory ranks, PAT/Simple up to 2 MiB), not the first
+/// entry of a flat table (TREE/LL); one that changes it is shown next to the model.
+#[test]
+fn doctor_sample_decisions_start_from_the_model() {
+    let p = Plugins::new();
+    let leave = p.tuner("libnccl-tuner-leave.so", 6, &["LEAVE_TABLE"]);
+    let pick = p.tuner("libnccl-tuner-pick.so", 6, &[]);
+    let run = |lib: &Path| {
+        let out = cclkit(
+            &["doctor", "--ranks", "2", "--nodes", "1"],
+            &[("NCCL_TUNER_PLUGIN", &s(lib))],
+        );
+        text(&out.stdout)
+    };
+    let out = run(&leave);
+    assert_has(
+        &out,
+        &[
+            "    AllReduce 4096 B -> PAT/SIMPLE\n",
+            "    AllReduce 1048576 B -> PAT/SIMPLE\n",
+        ],
+    );
+    assert!(
+        !out.contains("TREE/LL") && !out.contains("model alone"),
+        "{out}"
+    );
+    assert_has(
+        &run(&pick),
+        &["    AllReduce 4096 B -> RING/SIMPLE, 4 channels (built-in model alone: PAT/SIMPLE)\n"],
+    );
+}

@@ -42,14 +42,17 @@ pub fn render(r: &DoctorReport) -> String {
             let _ = match &d.choice {
                 Ok(c) => writeln!(
                     o,
-                    "    {} {} B -> {c}{}",
+                    "    {} {} B -> {c}{}{}",
                     d.collective,
                     d.bytes,
                     if d.channels > 0 {
                         format!(", {} channels", d.channels)
                     } else {
                         String::new()
-                    }
+                    },
+                    d.model
+                        .as_ref()
+                        .map_or_else(String::new, |m| format!(" (built-in model alone: {m})"))
                 ),
                 Err(e) => writeln!(o, "    {} {} B -> ERROR: {e}", d.collective, d.bytes),
             };
