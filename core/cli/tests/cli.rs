@@ -323,3 +323,65 @@ fn doctor_sample_decisions_start_from_the_model() {
         &["    AllReduce 4096 B -> RING/SIMPLE, 4 channels (built-in model alone: PAT/SIMPLE)\n"],
     );
 }
+
+/// The PROFILER section: what NCCL_PROFILER_PLUGIN resolves to, the events the
+/// profiler's init asks for (a profiler that asks for none is a note: its trace will
+/// be empty), a requested profiler that is missing is a problem, and init/finalize
+/// leave no file in the working directory (cclkit's trace plugin writes there).
+#[test]
+fn doctor_reports_the_profiler_and_its_event_mask() {
+    let p = Plugins::new();
+    let all = p.with_header("libprof_all.so", "profiler/profiler_mock.c", &["MASK=0x12"]);
+    let none = p.with_header("libprof_none.so", "profiler/profiler_mock.c", &["MASK=0"]);
+    let run = |setting: &str| {
+        let out = cclkit(&["doctor"], &[("NCCL_PROFILER_PLUGIN", setting)]);
+        (out.status.code(), text(&out.stdout))
+    };
+    let (code, out) = run(&s(&all));
+    assert_has(
+        &out,
+        &[
+            "=> PROFILER uses 'mock' (ncclProfiler_v7)",
+            "init mask 0x12: Coll, ProxyStep\n",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let (_, out) = run(&s(&none));
+    assert_has(
+        &out,
+        &[
+            "init mask 0x0: none: it records nothing",
+            "PROFILER: 'mock' asked for no events at init (mask 0)",
+        ],
+    );
+    let (code, out) = run("no-such-profiler");
+    assert_has(
+        &out,
+        &[
+            "tries: no-such-profiler, libnccl-profiler-no-such-profiler.so",
+            "PROFILER: no profiler library found",
+        ],
+    );
+    assert_eq!(code, Some(1), "a requested profiler that is missing: {out}");
+
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cclkit"));
+    cmd.arg("doctor")
+        .env_clear()
+        .env(
+            "NCCL_PROFILER_PLUGIN",
+            cclkit_tests::plugin("libnccl-profiler-cclkit.so"),
+        )
+        .current_dir(cwd.path());
+    let out = common::run_bounded(cmd, std::time::Duration::from_secs(60));
+    assert_has(
+        &text(&out.stdout),
+        &["=> PROFILER uses 'cclkit-trace' (ncclProfiler_v7)"],
+    );
+    let left: Vec<_> = std::fs::read_dir(cwd.path())
+        .expect("read cwd")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "doctor left files behind: {left:?}");
+}

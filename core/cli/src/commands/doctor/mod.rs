@@ -22,6 +22,7 @@ pub mod contain;
 pub mod env;
 use env::EnvView;
 pub mod gdr;
+pub mod profiler;
 pub mod release;
 mod render;
 
@@ -70,6 +71,8 @@ pub struct DoctorReport {
     pub net: Section,
     /// Tuner resolution.
     pub tuner: Section,
+    /// Profiler resolution and the events its `init` asks for.
+    pub profiler: profiler::ProfilerReport,
     /// GPUDirect RDMA: what `--device cuda` would do per GPU and net device.
     pub gpu: gdr::GdrReport,
     /// Legal but suspicious settings.
@@ -214,7 +217,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: EnvView
     let registry = NetRegistry::new(walk.clone());
     let mut net = Section::default();
     // Keeps the chosen net library open while the tuner lookup searches it.
-    let mut _chosen_net: Option<NetPlugin> = None;
+    let mut chosen_net: Option<NetPlugin> = None;
     contain::step("net plugin: loading and init (NCCL_NET_PLUGIN resolution)");
     match registry.select(0x0cc1_c17d_0c70_0001, CommConfig::default()) {
         Ok(sel) => {
@@ -234,7 +237,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: EnvView
                     Err(e) => problems.push(format!("NET: properties of device {dev}: {e}")),
                 }
             }
-            _chosen_net = Some(p);
+            chosen_net = Some(p);
         }
         Err(e) => {
             net.steps = steps(e.attempts(), &resolver, config.flavor);
@@ -328,6 +331,16 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: EnvView
         notes.push("CCLKIT_STRICT=1: cclkit would refuse to start with this setup".into());
     }
 
+    // PROFILER (NCCL loads it per communicator, after the net plugin)
+    let (profiler, more_problems, more_notes) = profiler::report(
+        view.get(cclkit_host::profiler::ENV),
+        chosen_net.as_ref().and_then(NetPlugin::library),
+        ranks,
+        nodes,
+    );
+    problems.extend(more_problems);
+    notes.extend(more_notes);
+
     let gpu = gdr::report(&net.devices, &|k| view.get(k));
     problems.extend(gpu.problem.clone());
     let env = view.report();
@@ -342,6 +355,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: EnvView
         settings: settings(config),
         net,
         tuner,
+        profiler,
         gpu,
         notes,
         problems,

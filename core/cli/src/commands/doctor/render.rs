@@ -58,6 +58,7 @@ pub fn render(r: &DoctorReport) -> String {
             };
         }
     }
+    super::profiler::render(&mut o, &r.profiler);
     super::gdr::render(&mut o, &r.gpu);
     if !r.notes.is_empty() {
         let _ = writeln!(o, "\nNotes:");
