@@ -14,10 +14,6 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::Value;
 
-fn perf(args: &[&str], lib_dir: &std::path::Path) -> Output {
-    perf_env(args, lib_dir, &[])
-}
-
 fn perf_env(args: &[&str], lib_dir: &std::path::Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cclkit"));
     cmd.arg("perf")
@@ -91,7 +87,9 @@ fn two_rank_trace_holds_the_event_tree_of_each_collective() {
     let count: usize = rand::rng().random_range(3..64) * 128;
     let size = (count * 4).to_string();
     let prof = dir.path().join("prof");
-    let out = perf(
+    // The trace plugin's default mask and KernelCh.
+    let mask = format!("{:#x}", 0x7f9f | 0x40);
+    let out = perf_env(
         &[
             "--np",
             "2",
@@ -108,6 +106,7 @@ fn two_rank_trace_holds_the_event_tree_of_each_collective() {
             prof.to_str().expect("utf-8"),
         ],
         &lib_dir,
+        &[("CCLKIT_PROFILE_MASK", &mask)],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "cclkit perf failed: {err}");
@@ -164,7 +163,32 @@ fn check_rank(rank: usize, all: &[Slice], count: usize) {
                 group_api.states(),
                 ["GroupStartApiStop", "GroupEndApiStart"]
             );
+            // One kernel launch per group here (one batch), under the GroupApi.
+            assert_eq!(
+                children(group_api.id(), "KernelLaunch").len(),
+                1,
+                "rank {rank}: {func}"
+            );
             let ops = children(c.id(), "ProxyOp");
+            // One KernelCh per channel the collective's ProxyOps use, each ended
+            // with KernelChStop.
+            let mut op_channels: Vec<u64> = ops
+                .iter()
+                .map(|o| o.args["channel"].as_u64().expect("ProxyOp channel"))
+                .collect();
+            op_channels.sort_unstable();
+            op_channels.dedup();
+            let kernels = children(c.id(), "KernelCh");
+            let mut k_channels: Vec<u64> = kernels
+                .iter()
+                .map(|k| {
+                    assert_eq!(k.states(), ["KernelChStop"], "{k:?}");
+                    let ch = k.name.strip_prefix("kernel ch ").expect("KernelCh name");
+                    ch.parse().expect("KernelCh channel")
+                })
+                .collect();
+            k_channels.sort_unstable();
+            assert_eq!(k_channels, op_channels, "rank {rank}: {func}");
             assert!(
                 ops.iter()
                     .any(|o| o.args["peer"].as_u64() == Some(1 - rank as u64)),

@@ -148,6 +148,9 @@ impl<'a> Group<'a> {
             };
             plans.push((vec![schedule::p2p(&shape, &ops, 0)?], OpRef { bufs, red }));
         }
+        if let Some(g) = &prof {
+            g.launch();
+        }
         let done = comm
             .run_profiled(plans, Protocol::SIMPLE, true, &tasks)
             .map(drop);

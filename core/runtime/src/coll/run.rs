@@ -112,6 +112,9 @@ impl CollGroup<'_, '_> {
         let Some(proto) = decisions.first().map(|d| d.proto) else {
             return Ok(());
         };
+        if let Some(g) = prof.as_deref() {
+            g.launch();
+        }
         let (channels, ops) = comm.run_steps(cache.channels, ops, proto, false, &tasks)?;
         comm.keep_steps(StepCache {
             channels,
@@ -198,6 +201,9 @@ impl CollGroup<'_, '_> {
             if pending_key.is_some_and(|k| k != key) {
                 let (proto, was_p2p) = pending_key.unwrap_or(key);
                 let t = std::mem::take(&mut tasks);
+                if let Some(g) = prof.as_deref() {
+                    g.launch();
+                }
                 comm.run_profiled(std::mem::take(&mut pending), proto, was_p2p, &t)?;
             }
             pending_key = Some(key);
@@ -213,6 +219,9 @@ impl CollGroup<'_, '_> {
             }
         }
         if let Some((proto, p2p)) = pending_key {
+            if let Some(g) = prof.as_deref() {
+                g.launch();
+            }
             let (channels, ops) = comm.run_profiled(pending, proto, p2p, &tasks)?;
             if one_batch {
                 comm.keep_steps(StepCache {

@@ -160,6 +160,18 @@ impl<'p> GroupEvents<'p> {
             .start(&self.ev(EventKind::Group), Parents::default());
     }
 
+    /// A kernel launch (v5+ `KernelLaunch`, under the GroupApi): NCCL starts it
+    /// before `cuLaunchKernel` and stops it right after, once per plan it launches,
+    /// after the plan's task events started. Here the "kernel" is the batch handed to
+    /// the engine; the stream is the default stream (0).
+    pub(crate) fn launch(&self) {
+        let h = self.ctx.start(
+            &self.ev(EventKind::KernelLaunch { stream: 0 }),
+            self.under_api(),
+        );
+        self.ctx.stop(h);
+    }
+
     /// The parents of a task: its API event from v5 (NCCL's hierarchy), the Group
     /// before; `parentGroup` is the Group either way.
     fn task_parents(&self, api: EventHandle) -> Parents {

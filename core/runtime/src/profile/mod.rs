@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! GroupApi ─┬─ CollApi / P2pApi          (the user's calls; stopped when they return)
+//!           ├─ KernelLaunch              one per batch handed to the engine (v5+)
 //!           └─ (states GroupStartApiStop, GroupEndApiStart)
 //! Group ──── Coll / P2p  (parentObj = CollApi / P2pApi from v5, the Group before;
 //!                         parentGroup = Group)
+//!              ├─ KernelCh     one per channel the operation runs on, host-clock
+//!              │               start and KernelChStop times (v3+; proxy.rs)
 //!              └─ ProxyOp      one per channel, peer and direction of an operation
 //!                   └─ ProxyStep   one per slice (a FIFO step) on that link, with
 //!                                  its step states; net-plugin events nest here
@@ -20,6 +23,8 @@
 //!
 //! Event lifetimes differ from NCCL's in one way, because this runtime's operations
 //! block: a Coll/P2p event ends when its work is complete, not when it is enqueued.
+//! v7's KernelPhase events (a GPU kernel's sync and compute phases) are not sent:
+//! the engine has no such phases to time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

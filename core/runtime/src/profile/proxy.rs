@@ -10,6 +10,12 @@
 //! batch only announces which op and step number each expected slice belongs to
 //! ([`BatchEvents::recv_run`]); the receive FIFO does the rest ([`super::recv`]).
 //! Either way the net plugin's events for the request nest under its step.
+//!
+//! Next to its ProxyOps, each operation's work on a channel is one `KernelCh` event
+//! under the operation's Coll/P2p (v3+): NCCL's proxy starts it with the kernel's
+//! start time on that channel and records `KernelChStop` with its end time before
+//! stopping it. Here the "kernel" on a channel is the engine working through that
+//! operation's primitives there, and the timer is the host's clock in nanoseconds.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -39,6 +45,14 @@ struct PrimLinks {
     recv_first: Vec<(usize, i32)>,
 }
 
+/// One operation's consecutive primitives on one channel: one KernelCh event.
+struct KernelRun {
+    /// The operation's Coll/P2p event (the KernelCh's parent).
+    task: EventHandle,
+    first: usize,
+    last: usize,
+}
+
 struct Inner {
     ctx: Arc<ProfilerContext>,
     rank: i32,
@@ -47,6 +61,37 @@ struct Inner {
     prims: Vec<Vec<PrimLinks>>,
     /// Open step events per channel: (handle, op index, bytes).
     open: Vec<Vec<(EventHandle, usize, usize)>>,
+    /// Per channel: the operations' runs of primitives, in order.
+    runs: Vec<Vec<KernelRun>>,
+    /// Per channel: the open KernelCh event and its run.
+    kernel: Vec<Option<(EventHandle, usize)>>,
+}
+
+/// The "GPU timer" of KernelCh events: the host's clock, in ns since the epoch
+/// (NCCL's `globaltimer` counts ns too).
+fn timer_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The runs of consecutive primitives of one operation on a channel.
+fn kernel_runs(steps: &[Step], tasks: &[EventHandle]) -> Vec<KernelRun> {
+    let mut runs: Vec<(usize, KernelRun)> = Vec::new();
+    for (pi, st) in steps.iter().enumerate() {
+        match runs.last_mut() {
+            Some((op, run)) if *op == st.op => run.last = pi,
+            _ => runs.push((
+                st.op,
+                KernelRun {
+                    task: tasks.get(st.op).copied().unwrap_or(EventHandle::NULL),
+                    first: pi,
+                    last: pi,
+                },
+            )),
+        }
+    }
+    runs.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The proxy events of one batch; stops whatever is still open when dropped.
@@ -150,8 +195,11 @@ impl BatchEvents {
             ops,
             open: vec![Vec::new(); prims.len()],
             prims,
+            runs: channels.iter().map(|c| kernel_runs(c, tasks)).collect(),
+            kernel: (0..channels.len()).map(|_| None).collect(),
         };
         for ch in 0..inner.prims.len() {
+            inner.follow_kernel(ch, 0);
             inner.open_steps(ch, 0, 0);
         }
         Self {
@@ -222,11 +270,58 @@ impl BatchEvents {
         } else {
             (pi, si + 1)
         };
+        g.follow_kernel(ch, pi);
         g.open_steps(ch, pi, si);
     }
 }
 
 impl Inner {
+    /// Channel `ch` is at primitive `pi`: stops the KernelCh of a run it left and
+    /// starts the one of the run it entered.
+    fn follow_kernel(&mut self, ch: usize, pi: usize) {
+        let Some(runs) = self.runs.get(ch) else {
+            return;
+        };
+        let here = runs.iter().position(|r| (r.first..=r.last).contains(&pi));
+        let task = here.map_or(EventHandle::NULL, |r| runs[r].task);
+        let open = self.kernel.get(ch).copied().flatten();
+        if open.is_some_and(|(_, run)| Some(run) != here) {
+            self.stop_kernel(ch);
+        }
+        let (Some(run), None) = (here, self.kernel[ch]) else {
+            return;
+        };
+        let kind = EventKind::KernelCh {
+            channel_id: u8::try_from(ch).unwrap_or(u8::MAX),
+            ptimer: Some(timer_ns()),
+        };
+        let h = self.ctx.start(
+            &Event {
+                rank: self.rank,
+                kind,
+            },
+            Parents {
+                parent: task.0,
+                group: 0,
+            },
+        );
+        self.kernel[ch] = Some((h, run));
+    }
+
+    /// Records `KernelChStop` with the end time on channel `ch`'s open KernelCh and
+    /// stops it.
+    fn stop_kernel(&mut self, ch: usize) {
+        let Some((h, _)) = self.kernel.get_mut(ch).and_then(Option::take) else {
+            return;
+        };
+        let st = EventState {
+            state: S::KERNEL_CH_STOP,
+            args: StateArgs::Timer { ptimer: timer_ns() },
+        };
+        self.ctx.record(h, &st);
+        self.ctx.stop(h);
+    }
+
     fn open_steps(&mut self, ch: usize, pi: usize, si: usize) {
         let Some(p) = self.prims.get(ch).and_then(|l| l.get(pi)) else {
             return;
@@ -279,6 +374,9 @@ impl Inner {
 impl Drop for BatchEvents {
     fn drop(&mut self) {
         let g = self.inner.get_mut();
+        for ch in 0..g.kernel.len() {
+            g.stop_kernel(ch);
+        }
         for ch in 0..g.open.len() {
             for (h, _, _) in std::mem::take(&mut g.open[ch]) {
                 g.ctx.stop(h);
