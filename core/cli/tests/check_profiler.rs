@@ -149,6 +149,39 @@ fn a_profiler_reading_its_mask_with_atoi_gets_every_event() {
     }
 }
 
+/// Declining events is a profiler's right: one that tracks only large operations
+/// (NVIDIA's inspector skips collectives under 8 KiB) still has its tree checked on
+/// the large ones, and one that declines everything is not failed: its `events`
+/// check is skipped with the reason, and the run passes.
+#[test]
+fn declined_events_are_never_a_failure() {
+    let p = Plugins::new();
+    let lib = p.with_header(
+        "decline_small_v7.so",
+        "profiler/broken_profiler.c",
+        &["PROF_VERSION=7", "DECLINE_UNDER=8192"],
+    );
+    let r = all_pass(&lib, &[7]);
+    let got = accepted_types(&r, 7);
+    for t in ["Coll", "P2p", "ProxyOp", "ProxyStep", "KernelCh"] {
+        assert!(got.iter().any(|g| g == t), "no {t} in {got:?}");
+    }
+    let lib = p.with_header(
+        "decline_all_v7.so",
+        "profiler/broken_profiler.c",
+        &["PROF_VERSION=7", "DECLINE_ALL"],
+    );
+    let (code, r) = check(&lib);
+    for c in CHECKS {
+        let (status, msg) = &r[&(7, c.to_owned())];
+        let want = if c == "events" { "SKIP" } else { "PASS" };
+        assert_eq!(status, want, "{c}: {msg}");
+    }
+    let (_, msg) = &r[&(7, "events".to_owned())];
+    assert!(msg.contains("declined every one"), "{msg}");
+    assert_eq!(code, 0, "{r:#?}");
+}
+
 #[test]
 fn the_trace_profiler_and_the_template_pass_every_exported_version() {
     for name in ["libnccl-profiler-cclkit.so", "libnccl-profiler-template.so"] {

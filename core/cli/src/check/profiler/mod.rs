@@ -21,7 +21,7 @@ use cclkit_host::kinds::{Found, Kind};
 use cclkit_host::profiler::{InitArgs, ProfilerContext, ProfilerPlugin};
 
 use super::child::{Env, step};
-use super::{CheckDef, Checked, Class, Family, Stop, fail, load};
+use super::{CheckDef, Checked, Class, Family, Stop, load};
 
 mod stress;
 mod tree;
@@ -206,19 +206,25 @@ fn events(env: &Env) -> Checked {
         return Ok("init returned an empty mask: NCCL sends no events (nothing to check)".into());
     }
     let mut d = Driver::new(&ctx, false);
-    for seq in 0..3 {
-        d.collective(env.version, seq, 4096 + 512 * seq as usize)?;
+    // Small, medium and large: profilers may track only some sizes (NVIDIA's
+    // inspector profiler skips collectives under 8 KiB by default).
+    for (seq, bytes) in [(0, 4096), (1, (1 << 20) + 512), (2, 64 << 20)] {
+        d.collective(env.version, seq, bytes)?;
     }
     if ctx.wants(bit::PROXY_CTRL) {
         d.proxy_ctrl()?;
     }
     finalize(&ctx)?;
     let accepted: usize = d.tally.values().map(|(ok, _)| ok).sum();
-    if accepted == 0 && ctx.mask() != 0 {
-        return fail!(
-            "init asked for events (mask {:#x}) but every startEvent returned NULL",
-            ctx.mask()
-        );
+    if accepted == 0 {
+        // Declining is the profiler's right (NCCL carries on with NULL handles), so
+        // this is not a failure; but nothing below the calls themselves was checked.
+        return Err(Stop::Skip(format!(
+            "init asked for events (mask {:#x}) but declined every one (NULL from every \
+             startEvent, which NCCL allows): the event tree was not exercised; {}",
+            ctx.mask(),
+            summary(&d.tally)
+        )));
     }
     Ok(format!("mask {:#x}; {}", ctx.mask(), summary(&d.tally)))
 }
