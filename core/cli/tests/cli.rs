@@ -260,7 +260,7 @@ fn info_lists_every_device_and_table() {
     assert_has(
         &text(&out.stdout),
         &[
-            "exports no NCCL plugin symbol",
+            "exports no net, CollNet or tuner table",
             "exports none of ncclNetPlugin_v12",
         ],
     );
@@ -280,6 +280,16 @@ fn info_on_the_packaged_rust_plugins() {
             "net plugin 'Template' through ncclNetPlugin_v12",
         ),
         ("libnccl-tuner-template.so", "through ncclTunerPlugin_v7"),
+        // Profiler- and env-only libraries are described as what they are, with no
+        // net plugin problem (a profiler's mask: the events its init asks for).
+        (
+            "libnccl-profiler-template.so",
+            "profiler 'TemplateProfiler' through ncclProfiler_v7\n    init mask 0x9e: Coll, P2p, ProxyOp, ProxyStep, NetPlugin\n",
+        ),
+        (
+            "libnccl-env-template.so",
+            "env plugin 'TemplateEnv' through ncclEnvPlugin_v2: init and finalize ok",
+        ),
     ] {
         let path = common::rust_plugin(name);
         let out = cclkit(&["info", &s(&path)], &[]);

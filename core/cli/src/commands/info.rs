@@ -1,6 +1,7 @@
 //! `cclkit info LIB.so`: everything about one plugin library — file, symbols, the
 //! version each NCCL release would pick, dependencies, table names, and the
-//! properties of every device (for net plugins) or an `init` check (for tuners).
+//! properties of every device (for net plugins), an `init` check (for tuners and
+//! env plugins) or the events `init` asks for (for profilers).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +11,10 @@ use serde::Serialize;
 use super::doctor::contain;
 use super::report::{DeviceReport, FileReport};
 use crate::elf::deps::Resolver;
+use cclkit_host::env::{EnvInitArgs, EnvOutcome};
+use cclkit_host::kinds::Kind;
 use cclkit_host::net::{CommConfig, NetPlugin};
+use cclkit_host::profiler::ProfilerPlugin;
 use cclkit_host::symbols::{self, Family};
 use cclkit_host::tuner::{NvlDomainInfo, TunerConstants, TunerPlugin};
 use cclkit_host::{Cause, Library, LoadError, PluginKind};
@@ -52,6 +56,10 @@ pub struct InfoReport {
     pub net: Option<NetInfo>,
     /// The tuner, if the library has one.
     pub tuner: Option<TunerInfo>,
+    /// The profiler, if the library has one.
+    pub profiler: Option<ProfilerInfo>,
+    /// The env plugin, if the library has one.
+    pub env: Option<EnvInfo>,
     /// Every plugin kind NCCL 2.31 loads that the library exports (issue 22).
     pub kinds: Vec<cclkit_host::kinds::Found>,
     /// Everything wrong, one line each.
@@ -101,6 +109,34 @@ pub struct TunerInfo {
     pub error: Option<String>,
     /// `init` succeeded (not tried with `--no-init`).
     pub init_ok: Option<bool>,
+}
+
+/// A profiler seen through the newest version it exports (what NCCL loads).
+#[derive(Debug, Default, Serialize)]
+pub struct ProfilerInfo {
+    /// Table name.
+    pub name: Option<String>,
+    /// Symbol used.
+    pub symbol: Option<String>,
+    /// The activation mask `init` returned (not asked with `--no-init`).
+    pub mask: Option<u64>,
+    /// The event types of the mask, by NCCL's names.
+    pub events: Vec<&'static str>,
+    /// Why it cannot be used.
+    pub error: Option<String>,
+}
+
+/// An env plugin seen through the newest version it exports (what NCCL loads).
+#[derive(Debug, Default, Serialize)]
+pub struct EnvInfo {
+    /// Table name.
+    pub name: Option<String>,
+    /// Symbol used.
+    pub symbol: Option<String>,
+    /// `init` and `finalize` succeeded (not tried with `--no-init`).
+    pub init_ok: Option<bool>,
+    /// Why it cannot be used.
+    pub error: Option<String>,
 }
 
 /// Runs `cclkit info`.
@@ -155,6 +191,8 @@ pub fn inspect(library: &str, call_plugin: bool) -> InfoReport {
         tables: Vec::new(),
         net: None,
         tuner: None,
+        profiler: None,
+        env: None,
         kinds: Vec::new(),
         problems: Vec::new(),
     };
@@ -202,18 +240,30 @@ pub fn inspect(library: &str, call_plugin: bool) -> InfoReport {
     };
     let (has_net, has_tuner) = (has(Family::Net), has(Family::Tuner));
     report.kinds = cclkit_host::kinds::classify(&lib);
+    let has_kind = |k: Kind| report.kinds.iter().any(|f| f.kind == k && f.nccl_loads);
+    let (has_profiler, has_env) = (has_kind(Kind::Profiler), has_kind(Kind::Env));
     let other_kinds_only = cclkit_host::kinds::nothing_checkable(&report.kinds);
-    if has_net || (!has_tuner && !other_kinds_only) {
+    // A library of no kind NCCL loads is looked at as a net plugin, the kind
+    // `NCCL_NET_PLUGIN` names, so the report says why NCCL would not use it.
+    if has_net || !(has_tuner || has_profiler || has_env || other_kinds_only) {
         report.net = Some(net_info(&lib, call_plugin));
     }
     if has_tuner {
         report.tuner = Some(tuner_info(&lib, call_plugin));
+    }
+    if has_profiler {
+        report.profiler = Some(profiler_info(&lib, call_plugin));
+    }
+    if has_env {
+        report.env = Some(env_info(&lib, call_plugin));
     }
     let errors: Vec<String> = report
         .net
         .iter()
         .filter_map(|n| n.error.clone())
         .chain(report.tuner.iter().filter_map(|t| t.error.clone()))
+        .chain(report.profiler.iter().filter_map(|p| p.error.clone()))
+        .chain(report.env.iter().filter_map(|e| e.error.clone()))
         .collect();
     report.problems.extend(errors);
     report
@@ -334,6 +384,64 @@ fn tuner_info(lib: &Library, call: bool) -> TunerInfo {
     info
 }
 
+fn profiler_info(lib: &Library, call: bool) -> ProfilerInfo {
+    let mut info = ProfilerInfo::default();
+    contain::step("profiler: reading its table");
+    let plugin = match ProfilerPlugin::from_library(lib.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            info.error = Some(e.to_string());
+            return info;
+        }
+    };
+    info.name = Some(plugin.name().to_owned());
+    info.symbol = Some(plugin.symbol().to_owned());
+    if call {
+        // The shape `info` gives tuners: 8 ranks on one node.
+        match super::doctor::profiler::init_mask(&plugin, 8, 1) {
+            Ok((mask, events)) => {
+                info.mask = Some(mask);
+                info.events = events;
+            }
+            Err(e) => info.error = Some(format!("profiler init failed: {e}")),
+        }
+    }
+    info
+}
+
+fn env_info(lib: &Library, call: bool) -> EnvInfo {
+    let mut info = EnvInfo::default();
+    contain::step("env plugin: reading its table");
+    // NCCL_ENV_PLUGIN set to the file: the value is tried first and opens it.
+    let path = lib.path().map(|p| p.display().to_string());
+    let resolution =
+        cclkit_host::env::resolve_value(Some(&path.unwrap_or_else(|| lib.display_name())));
+    let plugin = match &resolution.outcome {
+        EnvOutcome::Loaded { plugin, .. } => plugin,
+        EnvOutcome::Unsupported { reason, .. } => {
+            info.error = Some(format!("env plugin: {reason}"));
+            return info;
+        }
+        EnvOutcome::Disabled | EnvOutcome::NotFound => {
+            info.error = Some("env plugin: the library did not open again by its path".into());
+            return info;
+        }
+    };
+    info.name = Some(plugin.name().to_owned());
+    info.symbol = Some(plugin.symbol().to_owned());
+    if call {
+        contain::step("env plugin: init and finalize");
+        let done = plugin
+            .init(&EnvInitArgs::default())
+            .and_then(|()| plugin.finalize());
+        info.init_ok = Some(done.is_ok());
+        if let Err(e) = done {
+            info.error = Some(e.to_string());
+        }
+    }
+    info
+}
+
 /// The text form of a report.
 pub fn render(r: &InfoReport) -> String {
     let mut out = format!("{}\n", r.library);
@@ -404,6 +512,35 @@ pub fn render(r: &InfoReport) -> String {
         }
         if let Some(e) = &t.error {
             out.push_str(&format!("    ERROR: {e}\n"));
+        }
+    }
+    if let Some(p) = &r.profiler {
+        if let (Some(name), Some(sym)) = (&p.name, &p.symbol) {
+            out.push_str(&format!("  profiler '{name}' through {sym}\n"));
+        }
+        if let Some(m) = p.mask {
+            let events = if p.events.is_empty() {
+                "none: it would record nothing".to_owned()
+            } else {
+                p.events.join(", ")
+            };
+            out.push_str(&format!("    init mask {m:#x}: {events}\n"));
+        }
+        if let Some(e) = &p.error {
+            out.push_str(&format!("    ERROR: {e}\n"));
+        }
+    }
+    if let Some(e) = &r.env {
+        if let (Some(name), Some(sym)) = (&e.name, &e.symbol) {
+            let init = match e.init_ok {
+                Some(true) => ": init and finalize ok",
+                Some(false) => ": init or finalize FAILED",
+                None => "",
+            };
+            out.push_str(&format!("  env plugin '{name}' through {sym}{init}\n"));
+        }
+        if let Some(err) = &e.error {
+            out.push_str(&format!("    ERROR: {err}\n"));
         }
     }
     if r.problems.is_empty() {

@@ -164,7 +164,7 @@ impl FileReport {
         }
         if self.symbols.is_empty() {
             out.push(format!(
-                "{indent}exports no NCCL plugin symbol cclkit drives (ncclNetPlugin_v*, \
+                "{indent}exports no net, CollNet or tuner table (ncclNetPlugin_v*, \
                  ncclCollNetPlugin_v*, ncclTunerPlugin_v*)"
             ));
         }

@@ -73,28 +73,10 @@ pub fn report(
         }
     };
     r.chosen = Some(format!("'{}' ({})", plugin.name(), plugin.symbol()));
-    contain::step("profiler: init and finalize of one communicator");
-    let args = InitArgs {
-        comm_id: 0x0cc1_c17d_0c70_0001,
-        comm_name: None,
-        n_nodes: i32::try_from(nodes).unwrap_or(i32::MAX),
-        n_ranks: i32::try_from(ranks).unwrap_or(i32::MAX),
-        rank: 0,
-    };
-    // A profiler writes its trace where it is told, by default the working
-    // directory (cclkit's trace plugin), often at finalize: init and finalize run in
-    // a scratch directory removed afterwards, so the doctor leaves no files behind.
-    let scratch = Scratch::enter();
-    let outcome = ProfilerContext::init(&plugin, &args);
-    match outcome {
-        Ok(ctx) => {
-            let mask = ctx.mask();
+    match init_mask(&plugin, ranks, nodes) {
+        Ok((mask, events)) => {
             r.mask = Some(mask);
-            r.events = (0..64)
-                .map(|i| 1u64 << i)
-                .filter(|b| mask & b != 0)
-                .filter_map(bit::name)
-                .collect();
+            r.events = events;
             if mask == 0 {
                 notes.push(format!(
                     "PROFILER: '{}' asked for no events at init (mask 0): it will record \
@@ -104,17 +86,46 @@ pub fn report(
                     plugin.name()
                 ));
             }
-            drop(ctx);
         }
         Err(e) => {
-            r.init_error = Some(e.to_string());
             problems.push(format!(
                 "PROFILER: init failed: {e}; NCCL would run without this profiler"
             ));
+            r.init_error = Some(e);
         }
     }
-    drop(scratch);
     (r, problems, notes)
+}
+
+/// `init` and `finalize` of `plugin` for one communicator of `ranks` ranks on
+/// `nodes` nodes: the activation mask it returned, with the event types by name.
+///
+/// A profiler writes its trace where it is told, by default the working directory
+/// (cclkit's trace plugin), often at finalize: both calls run in a scratch directory
+/// removed afterwards, so looking at a profiler leaves no files behind.
+pub fn init_mask(
+    plugin: &ProfilerPlugin,
+    ranks: usize,
+    nodes: usize,
+) -> Result<(u64, Vec<&'static str>), String> {
+    contain::step("profiler: init and finalize of one communicator");
+    let args = InitArgs {
+        comm_id: 0x0cc1_c17d_0c70_0001,
+        comm_name: None,
+        n_nodes: i32::try_from(nodes).unwrap_or(i32::MAX),
+        n_ranks: i32::try_from(ranks).unwrap_or(i32::MAX),
+        rank: 0,
+    };
+    let _scratch = Scratch::enter();
+    let ctx = ProfilerContext::init(plugin, &args).map_err(|e| e.to_string())?;
+    let mask = ctx.mask();
+    drop(ctx);
+    let events = (0..64)
+        .map(|i| 1u64 << i)
+        .filter(|b| mask & b != 0)
+        .filter_map(bit::name)
+        .collect();
+    Ok((mask, events))
 }
 
 /// The working directory moved to a fresh temporary directory until dropped; then
