@@ -16,7 +16,7 @@ use cclkit_host::kinds::Kind;
 use cclkit_host::net::{CommConfig, NetPlugin};
 use cclkit_host::profiler::ProfilerPlugin;
 use cclkit_host::symbols::{self, Family};
-use cclkit_host::tuner::{NvlDomainInfo, TunerConstants, TunerPlugin};
+use cclkit_host::tuner::{NvlDomainInfo, TunerPlugin};
 use cclkit_host::{Cause, Library, LoadError, PluginKind};
 
 /// Arguments of `cclkit info`.
@@ -361,7 +361,7 @@ fn tuner_info(lib: &Library, call: bool) -> TunerInfo {
     info.version = Some(plugin.version());
     info.has_chunk_size = plugin.has_chunk_size();
     if call {
-        let mut constants = TunerConstants::default();
+        let mut constants = cclkit_runtime::tune::default_constants();
         let nvl = NvlDomainInfo {
             nNvlDomains: 1,
             minRanksPerNvlDomain: 8,

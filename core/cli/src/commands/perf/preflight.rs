@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use cclkit_host::config::LoaderConfig;
 use cclkit_host::net::CommConfig;
 use cclkit_host::select::{NetRegistry, TunerArgs, TunerRegistry};
-use cclkit_host::tuner::{NvlDomainInfo, TunerConstants};
+use cclkit_host::tuner::NvlDomainInfo;
 use cclkit_runtime::config::{parse_bool, parse_secs, shown};
 
 use crate::commands::doctor::contain;
@@ -70,7 +70,7 @@ pub fn child(nranks: usize) -> Option<ExitCode> {
             maxRanksPerNvlDomain: i32::try_from(ranks).unwrap_or(i32::MAX),
         },
     };
-    let mut constants = TunerConstants::default();
+    let mut constants = cclkit_runtime::tune::default_constants();
     let tuner =
         TunerRegistry::new(config).select(nets.tuner_library().as_ref(), args, &mut constants);
     contain::step(&format!(
