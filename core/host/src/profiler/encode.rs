@@ -20,14 +20,14 @@ use cclkit_abi::raw::profiler::{self as raw, v1, v2, v3, v4};
 
 /// Most distinct strings kept for the process's life. The runtime's names come from
 /// small sets (NCCL's enum names, phase names, communicator names); past this, or
-/// for a string longer than [`INTERN_MAX_LEN`], a copy lives only as long as the
+/// for a string longer than `INTERN_MAX_LEN`, a copy lives only as long as the
 /// descriptor's [`Scratch`].
 const INTERN_MAX: usize = 4096;
 /// Longest string kept for the process's life, in bytes.
 const INTERN_MAX_LEN: usize = 256;
 
 /// The C copy of `s` kept for the process's life: the same pointer for the same
-/// string every time. `None` once [`INTERN_MAX`] strings are kept or for a long one.
+/// string every time. `None` once 4096 strings are kept, or for one over 256 bytes.
 pub fn interned(s: &str) -> Option<*const c_char> {
     static KEPT: OnceLock<Mutex<HashMap<Box<str>, CString>>> = OnceLock::new();
     if s.len() > INTERN_MAX_LEN {
