@@ -221,6 +221,7 @@ fn text_report_lists_the_rules() {
         "net: v7, v6, v5",
         "tuner: v1",
         "NCCL 2.19: NCCL 2.19–2.20 open NCCL_TUNER_PLUGIN as given only",
+        "PROFILER (NCCL_PROFILER_PLUGIN=unset)\n  => this release has no profiler plugins\n",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }

@@ -33,6 +33,8 @@ pub struct ProfilerReport {
     pub events: Vec<&'static str>,
     /// `init` failed: the profiler's error (NCCL continues without it).
     pub init_error: Option<String>,
+    /// The release doctor follows (`--nccl-version`) loads no profiler plugins.
+    pub release_has_none: bool,
 }
 
 /// Loads the profiler for `setting` as NCCL would (falling back to a table in
@@ -158,6 +160,10 @@ impl Drop for Scratch {
 pub fn render(o: &mut String, r: &ProfilerReport) {
     let setting = r.setting.as_deref().unwrap_or("unset");
     let _ = writeln!(o, "\nPROFILER (NCCL_PROFILER_PLUGIN={setting})");
+    if r.release_has_none {
+        let _ = writeln!(o, "  => this release has no profiler plugins");
+        return;
+    }
     if r.candidates.is_empty() {
         let _ = writeln!(o, "  => no profiler: disabled by the setting");
         return;

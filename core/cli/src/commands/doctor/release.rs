@@ -121,6 +121,16 @@ pub fn apply(
             report.problems.push(p);
         }
     }
+    let loads_profilers = rules
+        .kinds
+        .iter()
+        .any(|k| k.kind == "profiler" && k.tries.is_none_or(|t| !t.is_empty()));
+    if !loads_profilers {
+        // The release never opens a profiler: nothing found or wrong with one matters.
+        report.profiler.release_has_none = true;
+        report.problems.retain(|p| !p.starts_with("PROFILER:"));
+        report.notes.retain(|n| !n.starts_with("PROFILER:"));
+    }
     if rules.none_disables == Some(false) {
         for (var, v) in [
             ("NCCL_NET_PLUGIN", &config.net_plugin),
