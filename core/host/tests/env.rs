@@ -117,6 +117,35 @@ fn v2_passes_version_and_logger_and_values_come_back_exactly() {
     );
 }
 
+/// NCCL's suffix is a string literal, so a plugin may keep the pointer `init` gets
+/// and read it later: the host keeps its copy while the plugin lives, whatever the
+/// caller did with its `EnvInitArgs` and the heap since.
+#[test]
+fn the_init_suffix_stays_valid_after_init() {
+    let p = Plugins::new();
+    for v in [1, 2] {
+        let (env, _lib) = load(
+            &p,
+            &format!("libenv_suffix_v{v}.so"),
+            &[&format!("ENV_VERSION={v}")],
+        );
+        let suffix = format!("-rc{}", rand::rng().random_range(1..1_000_000u32));
+        let args = EnvInitArgs {
+            suffix: CString::new(suffix.clone()).expect("suffix"),
+            ..EnvInitArgs::default()
+        };
+        env.init(&args).expect("init");
+        drop(args);
+        let churn: Vec<Vec<u8>> = (1..512).map(|i| vec![b'#'; i % 64 + 1]).collect();
+        drop(churn);
+        assert_eq!(
+            env.get_env("NCCL_MOCK_SUFFIX").expect("getEnv"),
+            Some(suffix),
+            "v{v}"
+        );
+    }
+}
+
 #[test]
 fn v1_gets_no_logger_argument() {
     let p = Plugins::new();

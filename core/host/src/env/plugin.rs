@@ -54,6 +54,9 @@ pub struct EnvPlugin {
     /// `getEnv` holds it shared, `init`/`finalize` exclusively, so `finalize` never
     /// runs while a `getEnv` is in flight.
     state: RwLock<State>,
+    /// The suffix given to `init`, kept while the plugin lives: NCCL passes a string
+    /// literal (`NCCL_SUFFIX`), so a plugin may keep the pointer.
+    suffix: std::sync::OnceLock<std::ffi::CString>,
     // Keeps the code `raw` points into mapped; dropped after `raw`'s last use.
     library: Library,
 }
@@ -75,6 +78,7 @@ impl EnvPlugin {
             name,
             symbol,
             state: RwLock::new(State::Loaded),
+            suffix: std::sync::OnceLock::new(),
             library,
         }
     }
@@ -109,23 +113,20 @@ impl EnvPlugin {
             });
         }
         let mark = logger::warn_mark();
+        // `init` runs once, so this is always the caller's suffix.
+        let suffix = self.suffix.get_or_init(|| args.suffix.clone()).as_ptr();
         // SAFETY: the library is mapped while `self` lives; the slot is checked for NULL
-        // and called with the argument list of its version; `suffix` outlives the call.
+        // and called with the argument list of its version; `suffix` lives as long as
+        // the plugin does.
         let code = unsafe {
             match self.raw {
                 RawEnv::V1(t) => {
                     let init = t.as_ref().init.ok_or_else(|| self.null_slot("init"))?;
-                    init(args.major, args.minor, args.patch, args.suffix.as_ptr())
+                    init(args.major, args.minor, args.patch, suffix)
                 }
                 RawEnv::V2(t) => {
                     let init = t.as_ref().init.ok_or_else(|| self.null_slot("init"))?;
-                    init(
-                        args.major,
-                        args.minor,
-                        args.patch,
-                        args.suffix.as_ptr(),
-                        logger::logger(),
-                    )
+                    init(args.major, args.minor, args.patch, suffix, logger::logger())
                 }
             }
         };
