@@ -110,6 +110,13 @@ fn two_rank_trace_holds_the_event_tree_of_each_collective() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "cclkit perf failed: {err}");
+    // The header's device lines name the profiler each rank reports to.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let named = stdout
+        .lines()
+        .filter(|l| l.starts_with("#  Rank") && l.contains(", profiler 'cclkit-trace v7',"))
+        .count();
+    assert_eq!(named, 2, "{stdout}");
     let mut files: Vec<_> = std::fs::read_dir(&prof)
         .expect("profile dir")
         .map(|e| e.expect("entry").path())

@@ -142,6 +142,14 @@ impl Comm {
         &self.profile
     }
 
+    /// The profiler plugin this communicator reports to, as "name vN" (`None`: no
+    /// profiler loaded, or its `init` failed for this communicator).
+    pub fn profiler_name(&self) -> Option<String> {
+        self.profile()
+            .ctx()
+            .map(|c| format!("{} v{}", c.plugin().name(), c.plugin().version()))
+    }
+
     /// The tuning state (decisions, the tuner in use, the report).
     pub fn tuning(&self) -> &Tuning {
         &self.tuning

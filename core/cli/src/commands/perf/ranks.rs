@@ -5,7 +5,8 @@ use cclkit_runtime::Comm;
 
 use super::place::pinned_cpu;
 
-/// This rank's device line, nccl-tests style, with the net plugin and tuner in use.
+/// This rank's device line, nccl-tests style, with the net plugin, tuner and (when
+/// one is loaded) profiler in use.
 pub fn device_line(comm: &Comm) -> String {
     let me = &comm.peers()[comm.rank()];
     let devs: Vec<cclkit_runtime::NetDevice> = me.devices.clone();
@@ -15,7 +16,7 @@ pub fn device_line(comm: &Comm) -> String {
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     format!(
-        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}]{} net '{}' v{}, tuner '{}', {}",
+        "#  Rank {:>2} Group {:>2} Pid {:>6} on {:>10} device {:>2} [{dev_name}]{} net '{}' v{}, tuner '{}'{}, {}",
         comm.rank(),
         0,
         me.pid,
@@ -27,6 +28,8 @@ pub fn device_line(comm: &Comm) -> String {
         net.name,
         net.version,
         tuner_name(comm),
+        comm.profiler_name()
+            .map_or_else(String::new, |p| format!(", profiler '{p}'")),
         match pinned_cpu() {
             Some(c) => format!("pinned to cpu {c}"),
             None => format!("on cpu {cpu}, not pinned"),
