@@ -351,7 +351,7 @@ fn doctor_reports_the_profiler_and_its_event_mask() {
     assert_has(
         &out,
         &[
-            "=> PROFILER uses 'mock' (ncclProfiler_v7)",
+            "=> PROFILER uses 'mock' (ncclProfiler_v7 in /",
             "init mask 0x12: Coll, ProxyStep\n",
         ],
     );
@@ -386,7 +386,7 @@ fn doctor_reports_the_profiler_and_its_event_mask() {
     let out = common::run_bounded(cmd, std::time::Duration::from_secs(60));
     assert_has(
         &text(&out.stdout),
-        &["=> PROFILER uses 'cclkit-trace' (ncclProfiler_v7)"],
+        &["=> PROFILER uses 'cclkit-trace' (ncclProfiler_v7 in /"],
     );
     let left: Vec<_> = std::fs::read_dir(cwd.path())
         .expect("read cwd")

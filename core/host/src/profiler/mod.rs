@@ -63,6 +63,7 @@ struct Shared {
     raw: RawProfiler,
     name: Arc<str>,
     symbol: String,
+    /// Keeps the table mapped; also [`ProfilerPlugin::library`].
     _library: Option<Library>,
 }
 
@@ -195,6 +196,11 @@ impl ProfilerPlugin {
     /// The exported symbol the table came from.
     pub fn symbol(&self) -> &str {
         &self.shared.symbol
+    }
+
+    /// The library the table came from (`None` for a table linked into the program).
+    pub fn library(&self) -> Option<&Library> {
+        self.shared._library.as_ref()
     }
 
     pub(crate) fn raw(&self) -> RawProfiler {

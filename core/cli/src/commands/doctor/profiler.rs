@@ -23,7 +23,7 @@ pub struct ProfilerReport {
     /// The names `dlopen` is tried with, in order (`(main program)` for
     /// `STATIC_PLUGIN`).
     pub candidates: Vec<String>,
-    /// The profiler loaded: "'name' (ncclProfiler_vN)".
+    /// The profiler loaded: "'name' (ncclProfiler_vN in FILE)".
     pub chosen: Option<String>,
     /// Why none was loaded (`None` when one was).
     pub outcome: Option<String>,
@@ -74,7 +74,14 @@ pub fn report(
             return (r, problems, notes);
         }
     };
-    r.chosen = Some(format!("'{}' ({})", plugin.name(), plugin.symbol()));
+    r.chosen = Some(format!(
+        "'{}' ({} in {})",
+        plugin.name(),
+        plugin.symbol(),
+        plugin
+            .library()
+            .map_or_else(|| "the program".to_owned(), Library::display_name)
+    ));
     match init_mask(&plugin, ranks, nodes) {
         Ok((mask, events)) => {
             r.mask = Some(mask);
