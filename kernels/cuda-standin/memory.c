@@ -374,10 +374,13 @@ STANDIN_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr ptr
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* Writes are visible at once in host memory; the flush is a full barrier. */
+/* Writes are visible at once in host memory; the flush is a full barrier. The only
+ * target is the current context (0); the scopes are "to owner" (100) and "to all
+ * devices" (200), as in cuda.h. */
 STANDIN_API CUresult cuFlushGPUDirectRDMAWrites(int target, int scope) {
   CU_TRACE("cuFlushGPUDirectRDMAWrites(target=%d, scope=%d)", target, scope);
   CHECK_INIT();
+  if (target != 0 || (scope != 100 && scope != 200)) return CUDA_ERROR_INVALID_VALUE;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   return CUDA_SUCCESS;
 }

@@ -54,6 +54,7 @@ static void load(void) {
   GET(CtxSetCurrent, "cuCtxSetCurrent");
   GET(CtxGetDevice, "cuCtxGetDevice");
   GET(CtxSynchronize, "cuCtxSynchronize");
+  GET(FlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites");
   GET(MemAlloc, "cuMemAlloc_v2");
   GET(MemFree, "cuMemFree_v2");
   GET(MemHostAlloc, "cuMemHostAlloc");
@@ -209,6 +210,15 @@ STANDIN_API cudaError_t cudaDeviceSynchronize(void) {
   RT_TRACE("cudaDeviceSynchronize()");
   RT_DRIVER(d);
   return RT_CALL(d->CtxSynchronize());
+}
+
+/* CUDA 11.3+: the runtime's GPUDirect RDMA write flush (aws-ofi-nccl links it). The
+ * target and scope enums have the driver's values (current device 0; to owner 100,
+ * to all devices 200), so the call goes straight through. */
+STANDIN_API cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(int target, int scope) {
+  RT_TRACE("cudaDeviceFlushGPUDirectRDMAWrites(target=%d, scope=%d)", target, scope);
+  RT_DRIVER(d);
+  return RT_CALL(d->FlushGPUDirectRDMAWrites(target, scope));
 }
 
 /* ---- errors ---------------------------------------------------------------------- */

@@ -37,6 +37,7 @@ typedef struct {
   CUresult (*CtxSetCurrent)(CUcontext);
   CUresult (*CtxGetDevice)(CUdevice *);
   CUresult (*CtxSynchronize)(void);
+  CUresult (*FlushGPUDirectRDMAWrites)(int, int);
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);
   CUresult (*MemFree)(CUdeviceptr);
   CUresult (*MemHostAlloc)(void **, size_t, unsigned int);

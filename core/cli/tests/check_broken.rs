@@ -113,6 +113,29 @@ fn correct_c_plugins_pass_every_check() {
     }
 }
 
+/// NCCL's topology reads a speed of 0 or less as 10000 Mb/s ("some NICs define
+/// speed = -1"): a plugin that does not know its NIC's speed is not failed for it;
+/// the properties line says what NCCL will assume.
+#[test]
+fn an_unknown_speed_passes_with_a_note() {
+    let p = common::Plugins::new();
+    for speed in [0, -1] {
+        let lib = build(
+            &p,
+            &format!("libcnet_speed{}.so", speed + 1),
+            "cnet.c",
+            &[&format!("SPEED={speed}")],
+        );
+        let (_, r) = check(&lib, &["--only", "properties"]);
+        let (status, msg) = get(&r, 12, "properties");
+        assert_eq!(status, "PASS", "speed {speed}: {msg}");
+        assert!(
+            msg.contains(&format!("{speed} Mb/s (NCCL assumes 10000)")),
+            "{msg}"
+        );
+    }
+}
+
 #[test]
 fn v12_properties_into_a_v11_caller_fail_the_properties_check() {
     let p = common::Plugins::new();

@@ -244,9 +244,16 @@ pub(crate) fn properties(env: &Env) -> Checked {
             .properties(dev)
             .map_err(|e| Stop::Fail(format!("device {dev}: {e}")))?;
         sane(&r, env, dev, &p).map_err(|e| e.context(&format!("device {dev}")))?;
+        // NCCL's topology reads a speed of 0 or less as 10000 Mb/s ("some NICs define
+        // speed = -1", graph/topo.cc): legal, but worth a word.
+        let speed = if p.speed_mbps <= 0 {
+            format!("{} Mb/s (NCCL assumes 10000)", p.speed_mbps)
+        } else {
+            format!("{} Mb/s", p.speed_mbps)
+        };
         lines.push(format!(
-            "dev {dev} '{}' {} Mb/s maxRecvs {}",
-            p.name, p.speed_mbps, p.max_recvs
+            "dev {dev} '{}' {speed} maxRecvs {}",
+            p.name, p.max_recvs
         ));
     }
     Ok(lines.join("; "))
@@ -266,12 +273,6 @@ fn sane(r: &Ready, env: &Env, dev: usize, p: &Properties) -> Result<(), Stop> {
     if p.ptr_support & ptr::DMABUF != 0 && !has!(raw, regMrDmaBuf) {
         return fail!(
             "ptrSupport has NCCL_PTR_DMABUF but regMrDmaBuf is NULL (NCCL only checks it at init)"
-        );
-    }
-    if p.speed_mbps <= 0 {
-        return fail!(
-            "speed is {} Mb/s (NCCL's topology needs a positive speed)",
-            p.speed_mbps
         );
     }
     if !p.latency_us.is_finite() || p.latency_us < 0.0 {
