@@ -136,6 +136,25 @@ fn an_unknown_speed_passes_with_a_note() {
     }
 }
 
+/// A plugin that sets every property field one by one, hands out a fresh copy of
+/// its name on every call and writes only the `vProps.devs` its `ndevs` counts (as
+/// aws-ofi-nccl does) writes everything NCCL reads: `props-written` passes.
+#[test]
+fn field_by_field_properties_with_a_fresh_name_pass_props_written() {
+    let p = common::Plugins::new();
+    for v in [12u64, 11] {
+        let lib = build(
+            &p,
+            &format!("libcnet_fields{v}.so"),
+            "cnet.c",
+            &["FIELD_BY_FIELD", &format!("NET_VERSION={v}")],
+        );
+        let (_, r) = check(&lib, &["--only", "props-written"]);
+        let (status, msg) = get(&r, v, "props-written");
+        assert_eq!(status, "PASS", "v{v}: {msg}");
+    }
+}
+
 #[test]
 fn v12_properties_into_a_v11_caller_fail_the_properties_check() {
     let p = common::Plugins::new();

@@ -3,8 +3,10 @@
 //! NCCL passes a struct from its stack, uninitialised, and reads every field; a field
 //! the plugin forgets holds whatever was there (the adapter's canaries catch writes
 //! past the end, not fields left out). Filling the buffer with two different
-//! patterns and comparing the two answers field by field finds them: a written field
-//! reads the same both times.
+//! patterns and reading it back finds them: a byte that holds the first pattern after
+//! the first call and the second after the second was never written. A written field
+//! may differ between the calls (aws-ofi-nccl hands out a fresh copy of the name each
+//! time); of `vProps` only `ndevs` and the `devs` it counts are NCCL's to read.
 
 use std::mem::{offset_of, size_of};
 
@@ -106,30 +108,46 @@ fn raw_props(r: &Ready, dev: i32, fill: u8) -> Result<[u8; ROOM], Stop> {
     Ok(out)
 }
 
-/// The fields of `layout` whose bytes differ between the two answers.
+/// How many bytes of `[off, off + len)` the plugin left alone: each still holds the
+/// fill pattern of its call in both answers.
+fn untouched(a: &[u8; ROOM], b: &[u8; ROOM], off: usize, len: usize) -> usize {
+    (off..off + len)
+        .filter(|&i| a[i] == PATTERNS[0] && b[i] == PATTERNS[1])
+        .count()
+}
+
+/// The fields of `layout` with bytes the plugin left alone ("partly" when it wrote
+/// some of them); `vProps` counts as its `ndevs` and the `devs` that names.
 fn unwritten(
     a: &[u8; ROOM],
     b: &[u8; ROOM],
     fields: &[(&'static str, usize, usize)],
     vprops: Option<usize>,
 ) -> Vec<String> {
-    let mut out: Vec<String> = fields
+    let mut spans: Vec<(String, usize, usize)> = fields
         .iter()
-        .filter(|(_, off, len)| a[*off..off + len] != b[*off..off + len])
-        .map(|(n, _, _)| (*n).to_owned())
+        .map(|&(n, off, len)| {
+            if Some(off) == vprops {
+                ("vProps.ndevs".to_owned(), off, 4)
+            } else {
+                (n.to_owned(), off, len)
+            }
+        })
         .collect();
     if let Some(v) = vprops {
         let mut nd = [0u8; 4];
         nd.copy_from_slice(&a[v..v + 4]);
         let ndevs = usize::try_from(i32::from_ne_bytes(nd)).unwrap_or(0).min(8);
-        for i in 0..ndevs {
-            let off = v + 4 + 4 * i;
-            if a[off..off + 4] != b[off..off + 4] {
-                out.push(format!("vProps.devs[{i}]"));
-            }
-        }
+        spans.extend((0..ndevs).map(|i| (format!("vProps.devs[{i}]"), v + 4 + 4 * i, 4)));
     }
-    out
+    spans
+        .into_iter()
+        .filter_map(|(name, off, len)| match untouched(a, b, off, len) {
+            0 => None,
+            n if n == len => Some(name),
+            _ => Some(format!("{name} (partly)")),
+        })
+        .collect()
 }
 
 /// Every device's properties, read twice into buffers filled with different
@@ -195,5 +213,37 @@ mod tests {
         b[off..off + len].fill(0xA5);
         assert_eq!(unwritten(&a, &b, &fields, vprops), ["forceFlush"]);
         assert!(unwritten(&a, &a, &fields, vprops).is_empty());
+    }
+
+    #[test]
+    fn fresh_values_and_uncounted_devs_are_written_and_half_writes_are_not() {
+        let (fields, vprops) = layout(9);
+        let field = |name: &str| {
+            let (_, off, len) = fields
+                .iter()
+                .find(|f| f.0 == name)
+                .copied()
+                .unwrap_or_default();
+            (off, len)
+        };
+        let (mut a, mut b) = ([0u8; ROOM], [0u8; ROOM]);
+        // A name pointer that differs between the calls (a fresh strdup): written.
+        let (n, nl) = field("name");
+        a[n..n + nl].copy_from_slice(&0x1000_u64.to_ne_bytes());
+        b[n..n + nl].copy_from_slice(&0x2000_u64.to_ne_bytes());
+        // ndevs 1, devs[0] written, the rest of devs left alone: nothing NCCL reads.
+        let (v, vl) = field("vProps");
+        a[v..v + vl].fill(PATTERNS[0]);
+        b[v..v + vl].fill(PATTERNS[1]);
+        for buf in [&mut a, &mut b] {
+            buf[v..v + 4].copy_from_slice(&1i32.to_ne_bytes());
+            buf[v + 4..v + 8].copy_from_slice(&0i32.to_ne_bytes());
+        }
+        assert!(unwritten(&a, &b, &fields, vprops).is_empty());
+        // An int of which one byte was written.
+        let (s, _) = field("speed");
+        a[s + 1..s + 4].fill(PATTERNS[0]);
+        b[s + 1..s + 4].fill(PATTERNS[1]);
+        assert_eq!(unwritten(&a, &b, &fields, vprops), ["speed (partly)"]);
     }
 }
