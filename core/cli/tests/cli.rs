@@ -353,6 +353,7 @@ fn doctor_reports_the_profiler_and_its_event_mask() {
         &[
             "=> PROFILER uses 'mock' (ncclProfiler_v7 in /",
             "init mask 0x12: Coll, ProxyStep\n",
+            "; PROFILER 'mock' (ncclProfiler_v7 in /",
         ],
     );
     assert_eq!(code, Some(0), "{out}");

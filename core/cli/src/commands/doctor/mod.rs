@@ -348,7 +348,7 @@ pub fn diagnose(config: &LoaderConfig, ranks: usize, nodes: usize, view: EnvView
     problems.splice(0..0, env.problems.iter().cloned());
     notes.extend(env.notes.iter().cloned());
 
-    let verdict = verdict(&net, &tuner, &problems);
+    let verdict = verdict(&net, &tuner, &profiler, &problems);
     DoctorReport {
         flavor: config.flavor,
         env,
@@ -530,7 +530,12 @@ fn net_fallback_problem(config: &LoaderConfig, net: &Section) -> String {
     )
 }
 
-fn verdict(net: &Section, tuner: &Section, problems: &[String]) -> String {
+fn verdict(
+    net: &Section,
+    tuner: &Section,
+    profiler: &profiler::ProfilerReport,
+    problems: &[String],
+) -> String {
     let net_s = net
         .chosen
         .clone()
@@ -540,7 +545,12 @@ fn verdict(net: &Section, tuner: &Section, problems: &[String]) -> String {
         .clone()
         .unwrap_or_else(|| "built-in cost model".into());
     if problems.is_empty() {
-        format!("OK: NET {net_s}; TUNER {tuner_s}")
+        // The profiler only when one is loaded: most jobs run without one.
+        let prof = match (&profiler.chosen, profiler.release_has_none) {
+            (Some(p), false) => format!("; PROFILER {p}"),
+            _ => String::new(),
+        };
+        format!("OK: NET {net_s}; TUNER {tuner_s}{prof}")
     } else {
         let more = match problems.len() {
             1 => String::new(),

@@ -147,7 +147,12 @@ pub fn apply(
     report
         .notes
         .extend(rules.notes.iter().map(|n| format!("{label}: {n}")));
-    report.verdict = super::verdict(&report.net, &report.tuner, &report.problems);
+    report.verdict = super::verdict(
+        &report.net,
+        &report.tuner,
+        &report.profiler,
+        &report.problems,
+    );
     report.release = Some(rules);
 }
 
