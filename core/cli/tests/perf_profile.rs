@@ -507,3 +507,68 @@ fn check_proxy_ctrl(rank: usize, all: &[Slice]) {
         "rank {rank}: unexpected ProxyCtrl state sequences: {seen:?}"
     );
 }
+
+/// Profilers of NCCL 2.23–2.24 (v1–v3) get the communicator's hash in every Coll and
+/// P2p descriptor, as NCCL puts it there: non-zero, and the same on every rank.
+#[test]
+fn v1_profilers_get_the_communicator_hash_in_task_events() {
+    let plugins = cclkit_tests::cplugin::Plugins::new();
+    let lib = plugins.with_header(
+        "libprof_v1.so",
+        "profiler/profiler_mock.c",
+        &["PROF_VERSION=1"],
+    );
+    let logs = tempfile::tempdir().expect("tempdir");
+    let size = (rand::rng().random_range(100..3000usize) * 4).to_string();
+    let out = perf_env(
+        &[
+            "--np",
+            "3",
+            "all_reduce,sendrecv",
+            "-b",
+            &size,
+            "-e",
+            &size,
+            "-n",
+            "1",
+            "-w",
+            "0",
+        ],
+        std::path::Path::new("/nonexistent"),
+        &[
+            ("NCCL_PROFILER_PLUGIN", lib.to_str().expect("utf-8")),
+            (
+                "MOCK_PROFILER_LOG_DIR",
+                logs.path().to_str().expect("utf-8"),
+            ),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Per rank (one log per process): the hashes of its Coll and P2p events.
+    let mut per_rank = Vec::new();
+    for f in std::fs::read_dir(logs.path()).expect("log dir").flatten() {
+        let text = std::fs::read_to_string(f.path()).expect("log");
+        let mut hashes = std::collections::BTreeSet::new();
+        for line in text
+            .lines()
+            .filter(|l| l.contains(" type=2 ") || l.contains(" type=4 "))
+        {
+            let hash = line
+                .split_once(" hash=")
+                .map(|(_, h)| h.split(' ').next().unwrap_or(""))
+                .unwrap_or_else(|| panic!("no hash in {line}"));
+            hashes.insert(hash.to_owned());
+        }
+        per_rank.push(hashes);
+    }
+    assert_eq!(per_rank.len(), 3, "one log per rank");
+    assert!(
+        !per_rank[0].is_empty() && !per_rank[0].contains("0"),
+        "{per_rank:?}"
+    );
+    assert!(per_rank.iter().all(|h| *h == per_rank[0]), "{per_rank:?}");
+}

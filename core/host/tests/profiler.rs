@@ -317,7 +317,7 @@ fn v1_numbers_and_unknown_events_and_states() {
     assert_eq!(
         log(&lib),
         format!(
-            "init v1\nstart 1 type=2 parent=0 func=4 dtype=7 algo=1 proto=2 count={count}\n\
+            "init v1\nstart 1 type=2 parent=0 func=4 dtype=7 algo=1 proto=2 count={count} hash=feed0042\n\
              state 1 0 size=9\nstop 1\nfinalize 1\n"
         )
     );

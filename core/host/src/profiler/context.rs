@@ -85,6 +85,7 @@ pub struct ProfilerContext {
     plugin: ProfilerPlugin,
     raw: RawProfiler,
     ctx: usize,
+    comm_id: u64,
     mask: u64,
     rank: i32,
     errors: AtomicU64,
@@ -207,12 +208,19 @@ impl ProfilerContext {
             plugin: plugin.clone(),
             raw,
             ctx: ctx as usize,
+            comm_id: args.comm_id,
             mask,
             rank: args.rank,
             errors: AtomicU64::new(0),
             finalized: AtomicBool::new(false),
             _name: name,
         })
+    }
+
+    /// The communicator id `init` was given (`commId` / `commHash`): NCCL also puts
+    /// it in v1–v3 Coll and P2p descriptors.
+    pub fn comm_id(&self) -> u64 {
+        self.comm_id
     }
 
     /// The activation mask (`ncclProfile*` bits) the profiler asked for.

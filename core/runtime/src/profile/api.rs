@@ -204,7 +204,7 @@ impl<'p> GroupEvents<'p> {
             algo: info.algo,
             proto: info.proto,
             comm_name: None,
-            comm_hash: None,
+            comm_hash: Some(self.ctx.comm_id()),
             traffic_bytes: None,
             red_op: None,
             kernel_variant: None,
@@ -229,7 +229,7 @@ impl<'p> GroupEvents<'p> {
             peer: i32::try_from(peer).unwrap_or(-1),
             n_channels: Some(1),
             comm_name: None,
-            comm_hash: None,
+            comm_hash: Some(self.ctx.comm_id()),
             user_tag: None,
         });
         let h = self.ctx.start(&self.ev(kind), self.task_parents(t.api));
