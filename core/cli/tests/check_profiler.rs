@@ -83,6 +83,16 @@ fn all_pass(lib: &Path, versions: &[u64]) -> Results {
     r
 }
 
+/// Every check of version `v` passes on `lib` and its `events` check saw each of
+/// `types` accepted at least once.
+fn passes_accepting(lib: &Path, v: u64, types: &[&str]) {
+    let r = all_pass(lib, &[v]);
+    let got = accepted_types(&r, v);
+    for t in types {
+        assert!(got.iter().any(|g| g == t), "no {t} in {got:?}");
+    }
+}
+
 /// The event types a passing `events` check accepted at least once, from its
 /// message ("mask 0x…; CeBatch 3, CeColl 3, GroupApi 0 (3 NULL), …").
 fn accepted_types(r: &Results, v: u64) -> Vec<String> {
@@ -135,18 +145,18 @@ fn a_profiler_reading_its_mask_with_atoi_gets_every_event() {
         "profiler/broken_profiler.c",
         &["PROF_VERSION=7", "MASK_ATOI"],
     );
-    let r = all_pass(&lib, &[7]);
-    let got = accepted_types(&r, 7);
-    for t in [
-        "GroupApi",
-        "Coll",
-        "ProxyStep",
-        "KernelCh",
-        "CeColl",
-        "KernelPhase",
-    ] {
-        assert!(got.iter().any(|g| g == t), "no {t} in {got:?}");
-    }
+    passes_accepting(
+        &lib,
+        7,
+        &[
+            "GroupApi",
+            "Coll",
+            "ProxyStep",
+            "KernelCh",
+            "CeColl",
+            "KernelPhase",
+        ],
+    );
 }
 
 /// Declining events is a profiler's right: one that tracks only large operations
@@ -161,11 +171,11 @@ fn declined_events_are_never_a_failure() {
         "profiler/broken_profiler.c",
         &["PROF_VERSION=7", "DECLINE_UNDER=8192"],
     );
-    let r = all_pass(&lib, &[7]);
-    let got = accepted_types(&r, 7);
-    for t in ["Coll", "P2p", "ProxyOp", "ProxyStep", "KernelCh"] {
-        assert!(got.iter().any(|g| g == t), "no {t} in {got:?}");
-    }
+    passes_accepting(
+        &lib,
+        7,
+        &["Coll", "P2p", "ProxyOp", "ProxyStep", "KernelCh"],
+    );
     let lib = p.with_header(
         "decline_all_v7.so",
         "profiler/broken_profiler.c",

@@ -519,12 +519,8 @@ pub fn render(r: &InfoReport) -> String {
             out.push_str(&format!("  profiler '{name}' through {sym}\n"));
         }
         if let Some(m) = p.mask {
-            let events = if p.events.is_empty() {
-                "none: it would record nothing".to_owned()
-            } else {
-                p.events.join(", ")
-            };
-            out.push_str(&format!("    init mask {m:#x}: {events}\n"));
+            let line = super::doctor::profiler::mask_line(m, &p.events);
+            out.push_str(&format!("    {line}\n"));
         }
         if let Some(e) = &p.error {
             out.push_str(&format!("    ERROR: {e}\n"));

@@ -226,22 +226,11 @@ impl Comm {
         let sel = registry
             .select(net_registry.tuner_library().as_ref(), args, &mut constants)
             .map_err(|e| Error::invalid_usage(format!("tuner: {e}")))?;
-        let speed = devices
-            .iter()
-            .map(|d| d.speed_mbps)
-            .filter(|&s| s > 0)
-            .min()
-            .unwrap_or(10_000);
-        let lat = devices
-            .iter()
-            .map(|d| f64::from(d.latency_us))
-            .fold(0.0, f64::max);
-        let model = ModelInputs {
-            n_ranks: peers.len(),
-            n_nodes: ring.hosts,
-            net_gbps: f64::from(speed) / 8000.0,
-            net_lat_us: if lat > 0.0 { lat } else { 20.0 },
-        };
+        let model = ModelInputs::from_devices(
+            peers.len(),
+            ring.hosts,
+            devices.iter().map(|d| (d.speed_mbps, d.latency_us)),
+        );
         let mut tuning = Tuning::new(sel.tuner, constants, model, net_registry.config().strict);
         tuning.force(config.algo.clone(), config.proto.clone());
         Ok(tuning)

@@ -282,7 +282,9 @@ impl Inner {
         let Some(runs) = self.runs.get(ch) else {
             return;
         };
-        let here = runs.iter().position(|r| (r.first..=r.last).contains(&pi));
+        // Runs are in primitive order: the first one not ended before `pi`.
+        let next = runs.partition_point(|r| r.last < pi);
+        let here = runs.get(next).filter(|r| r.first <= pi).map(|_| next);
         let task = here.map_or(EventHandle::NULL, |r| runs[r].task);
         let open = self.kernel.get(ch).copied().flatten();
         if open.is_some_and(|(_, run)| Some(run) != here) {

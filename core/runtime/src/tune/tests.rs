@@ -309,3 +309,29 @@ fn two_host_ranks_run_allreduce_up_to_2_mib_as_pat_halving_doubling() {
         .unwrap();
     assert_eq!(d.algo, Algorithm::RING, "NCCL_ALGO=^PAT: {d:?}");
 }
+
+#[test]
+fn model_inputs_take_the_slowest_known_speed_and_the_largest_latency() {
+    // A device of unknown speed (0, or -1 as some NICs report) counts as NCCL reads
+    // it: not at all while another device knows its speed, 10000 Mb/s otherwise.
+    let m = ModelInputs::from_devices(6, 2, [(0, 0.0), (25_000, 1.5), (-1, 3.0), (12_500, 0.5)]);
+    assert_eq!((m.n_ranks, m.n_nodes), (6, 2));
+    assert_eq!(m.net_gbps, 12_500.0 / 8000.0);
+    assert_eq!(m.net_lat_us, 3.0);
+    let m = ModelInputs::from_devices(2, 1, [(-1, 0.0)]);
+    assert_eq!((m.net_gbps, m.net_lat_us), (10_000.0 / 8000.0, 20.0));
+}
+
+#[test]
+fn cheapest_skips_ignored_entries_and_keeps_the_first_of_equal_ones() {
+    let mut t: CostTable = [NCCL_ALGO_PROTO_IGNORE; COST_TABLE_LEN];
+    assert_eq!(cheapest(&t), None);
+    t[idx(Algorithm::RING, Protocol::SIMPLE)] = 5.0;
+    t[idx(Algorithm::TREE, Protocol::LL)] = 5.0;
+    t[idx(Algorithm::PAT, Protocol::SIMPLE)] = 7.0;
+    assert_eq!(cheapest(&t), Some((Algorithm::TREE, Protocol::LL)));
+    assert_eq!(default_channels(1, 4, 65536), 1);
+    assert_eq!(default_channels(65537, 4, 65536), 2);
+    assert_eq!(default_channels(1 << 30, 4, 65536), 4);
+    assert_eq!(default_channels(1 << 30, 0, 0), 1);
+}

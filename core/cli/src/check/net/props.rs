@@ -39,8 +39,8 @@ macro_rules! fields {
     };
 }
 
-/// The fields of net `version`'s properties struct (vProps as its `ndevs`; the
-/// `devs` it names are compared separately) and the offset of `vProps`, if any.
+/// The fields of net `version`'s properties struct and the offset of `vProps`, if
+/// any ([`unwritten`] reads `vProps` as its `ndevs` and the `devs` that counts).
 fn layout(version: u32) -> (Vec<(&'static str, usize, usize)>, Option<usize>) {
     match version {
         6 => (

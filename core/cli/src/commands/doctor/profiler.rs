@@ -188,11 +188,15 @@ pub fn render(o: &mut String, r: &ProfilerReport) {
     if let Some(e) = &r.init_error {
         let _ = writeln!(o, "  init: FAILED: {e}");
     } else if let Some(m) = r.mask {
-        let events = if r.events.is_empty() {
-            "none: it records nothing".to_owned()
-        } else {
-            r.events.join(", ")
-        };
-        let _ = writeln!(o, "  init mask {m:#x}: {events}");
+        let _ = writeln!(o, "  {}", mask_line(m, &r.events));
+    }
+}
+
+/// "init mask 0x12: Coll, ProxyStep", or that the profiler asked for nothing.
+pub fn mask_line(mask: u64, events: &[&str]) -> String {
+    if events.is_empty() {
+        format!("init mask {mask:#x}: none: it records nothing")
+    } else {
+        format!("init mask {mask:#x}: {}", events.join(", "))
     }
 }

@@ -121,10 +121,7 @@ pub fn apply(
             report.problems.push(p);
         }
     }
-    let loads_profilers = rules
-        .kinds
-        .iter()
-        .any(|k| k.kind == "profiler" && k.tries.is_none_or(|t| !t.is_empty()));
+    let loads_profilers = rules.kinds.iter().any(|k| k.kind == "profiler");
     if !loads_profilers {
         // The release never opens a profiler: nothing found or wrong with one matters.
         report.profiler.release_has_none = true;
