@@ -67,11 +67,28 @@ pub fn fd_count() -> usize {
         .unwrap_or(0)
 }
 
-/// Threads of this process.
+/// Threads of this process, once the count has stopped changing.
+///
+/// `pthread_join` returns when the kernel clears the thread's tid, which is before
+/// the task leaves `/proc/self/task`; on a loaded machine a thread joined a moment
+/// ago can still be listed. So the count is read until it holds still for 100 ms
+/// (five reads 20 ms apart), for at most 5 s, and the last read is returned.
 pub fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
-        .unwrap_or(0)
+    let read = || {
+        std::fs::read_dir("/proc/self/task")
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut last = read();
+    let mut steady = 0;
+    while steady < 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = read();
+        steady = if now == last { steady + 1 } else { 0 };
+        last = now;
+    }
+    last
 }
 
 /// The sizes the issue asks for.
