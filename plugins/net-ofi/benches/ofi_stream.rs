@@ -74,14 +74,14 @@ fn main() {
         None => vec!["tcp;ofi_rxm".into(), "shm".into()],
     };
     println!(
-        "| provider | size | raw libfabric MB/s | cclkit-ofi MB/s | ratio | median round ratio (range) | sends bundled (per bundle) |"
+        "| provider | size | raw libfabric MB/s | cclkit-ofi MB/s | ratio | median round ratio (range) | sends bundled (per bundle) | sends written |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for provider in providers.iter().map(String::as_str) {
         for &size in &sizes {
             let r = run(provider, size, rounds);
             println!(
-                "| {provider} | {} | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.0} % ({:.1}) |",
+                "| {provider} | {} | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.0} % ({:.1}) | {:.0} % |",
                 show_size(size),
                 r[0],
                 r[1],
@@ -90,7 +90,8 @@ fn main() {
                 r[3],
                 r[4],
                 r[5] * 100.0,
-                r[6]
+                r[6],
+                r[7] * 100.0
             );
         }
     }
@@ -164,8 +165,9 @@ impl Drop for Proc {
 }
 
 /// One sender/receiver pair; returns [raw MB/s, plugin MB/s, median round
-/// ratio, lowest, highest, share of the plugin's sends bundled, sends per bundle].
-fn run(provider: &str, size: usize, rounds: usize) -> [f64; 7] {
+/// ratio, lowest, highest, share of the plugin's sends bundled, sends per bundle,
+/// share written].
+fn run(provider: &str, size: usize, rounds: usize) -> [f64; 8] {
     let count = (BURST_BYTES / size).max(4);
     let args = |side: &str| -> Vec<String> {
         ["mixed", side, provider]
@@ -201,5 +203,6 @@ fn run(provider: &str, size: usize, rounds: usize) -> [f64; 7] {
         field("high"),
         field("bundled"),
         field("per_bundle"),
+        field("written"),
     ]
 }

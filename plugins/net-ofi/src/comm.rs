@@ -147,11 +147,24 @@ pub fn accept(l: &mut Listen) -> Result<Option<RecvComm>> {
             }
         }
     }
+    // Writes when the sender offers them and this device takes them.
+    let writes = match l.dev.writes {
+        Some(_) if msg.write_min > 0 => {
+            if let Err(err) = e.enable_write_rx(conn, comm_id, msg.reply_id, msg.write_min as usize)
+            {
+                e.close_conn(conn);
+                return Err(err.context("NET/OFI accept: taking writes"));
+            }
+            true
+        }
+        _ => false,
+    };
     let reply = AcceptMsg {
         nonce: l.nonce,
         comm_id,
         proc_id: e.me(),
         bundle_bytes,
+        writes,
     };
     if let Err(err) = e.send_ctrl_detached(peer, Ctrl::Accept, msg.reply_id, reply.encode()) {
         e.close_conn(conn);
@@ -170,6 +183,11 @@ pub fn accept(l: &mut Listen) -> Result<Option<RecvComm>> {
 struct PendingConnect {
     dev: Arc<Device>,
     reply_id: u16,
+    /// The request offered writes (then a reply taking them keeps `reply_id`
+    /// for the connection's clear-to-write messages).
+    write_offered: bool,
+    /// `reply_id` now belongs to the connection.
+    id_kept: bool,
     reply: OpId,
     request: OpId,
     peer: u64,
@@ -181,7 +199,9 @@ impl Drop for PendingConnect {
         let mut e = self.dev.lock();
         e.finish(self.reply);
         e.finish(self.request);
-        e.free_ctrl_id(self.reply_id);
+        if !self.id_kept {
+            e.free_ctrl_id(self.reply_id);
+        }
     }
 }
 
@@ -227,8 +247,18 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
         reply.comm_id,
         dev.bundle_bytes.min(reply.bundle_bytes),
     );
+    let mut pending = pending;
+    if let Some(range) = dev.writes.filter(|_| reply.writes && pending.write_offered) {
+        // The connection owns the id from here (freed when it retires).
+        pending.id_kept = true;
+        if let Err(err) = e.enable_write_tx(conn, pending.reply_id, reply.comm_id, range) {
+            e.close_conn(conn);
+            return Err(err.context("NET/OFI connect: posting clear-to-write receives"));
+        }
+    }
     drop(e);
-    // `pending` drops here, returning its control id; the connection stands alone.
+    // `pending` drops here, returning its control id unless the connection
+    // kept it; the connection stands alone.
     drop(pending);
     Ok(Some(SendComm {
         dev: Arc::clone(dev),
@@ -260,11 +290,16 @@ fn start(dev: &Arc<Device>, handle: &NetHandle) -> Result<Box<PendingConnect>> {
             return Err(err);
         }
     };
+    let write_min = dev
+        .writes
+        .filter(|_| e.write_offers_fit())
+        .map_or(0, |(lo, _)| lo as u32);
     let msg = ConnectMsg {
         nonce: h.nonce,
         reply_id,
         proc_id: e.me(),
         addr: dev.addr.clone(),
+        write_min,
     };
     let request = msg
         .encode()
@@ -281,6 +316,8 @@ fn start(dev: &Arc<Device>, handle: &NetHandle) -> Result<Box<PendingConnect>> {
     Ok(Box::new(PendingConnect {
         dev: Arc::clone(dev),
         reply_id,
+        write_offered: write_min > 0,
+        id_kept: false,
         reply,
         request,
         peer,

@@ -10,6 +10,7 @@
 //! | `CCLKIT_OFI_LIVENESS_PROC` | 1 | 0 skips the same-host `/proc` check (then only pings detect a dead peer) |
 //! | `CCLKIT_OFI_MR_CACHE` | 1 | 0 disables the registration cache |
 //! | `CCLKIT_OFI_GDR` | 1 | 0 reports host memory only even when the provider has `FI_HMEM` (escape hatch for a libfabric built without CUDA support) |
+//! | `CCLKIT_OFI_WRITE_BYTES` | on `ofi_rxm` stacks: sizes between its eager and SAR limits | `MIN-MAX` (bytes): sends in that range go as RMA writes into the receive buffer (README "Writes"); `0` = off |
 //! | `CCLKIT_OFI_REGISTER_HOST` | 0 | 1 registers host memory even when the provider does not need it (as if `FI_MR_LOCAL`; exercises EFA's registration path on tcp/shm) |
 //!
 //! `FI_PROVIDER`, `FI_TCP_IFACE`, `FI_LOG_LEVEL`, … are read by libfabric itself.
@@ -45,7 +46,19 @@ pub struct Config {
     pub bundle_bytes: Option<usize>,
     /// `FI_OFI_RXM_BUFFER_SIZE` when set to a number (`ofi_rxm`'s eager buffer).
     pub rxm_buffer: Option<usize>,
+    /// Sizes sent as RMA writes (`CCLKIT_OFI_WRITE_BYTES`; `Some(None)` = off);
+    /// `None` = by provider (see [`Config::write_range_for`]).
+    pub write: Option<Option<(usize, usize)>>,
+    /// `FI_OFI_RXM_EAGER_LIMIT` and `FI_OFI_RXM_SAR_LIMIT` when set to numbers.
+    pub rxm_limits: (Option<usize>, Option<usize>),
 }
+
+/// Largest write: its length travels in 24 bits of the remote CQ data
+/// (`engine/write.rs`).
+pub const WRITE_MAX: usize = (1 << 24) - 1;
+/// `ofi_rxm`'s defaults: eager up to 16 KiB, segmented (SAR) up to 128 KiB.
+const RXM_EAGER_LIMIT: usize = 16384;
+const RXM_SAR_LIMIT: usize = 131072;
 
 /// Bundle size on socket-based providers when `CCLKIT_OFI_BUNDLE_BYTES` is unset:
 /// what `ofi_rxm` sends eagerly in one message (its 16 KiB buffer, less its header
@@ -64,6 +77,7 @@ const KNOWN: &[&str] = &[
     "CCLKIT_OFI_REGISTER_HOST",
     "CCLKIT_OFI_GDR",
     "CCLKIT_OFI_BUNDLE_BYTES",
+    "CCLKIT_OFI_WRITE_BYTES",
 ];
 
 fn list(value: &str) -> Option<Vec<String>> {
@@ -89,6 +103,22 @@ fn number(name: &str, value: &str, range: std::ops::RangeInclusive<u64>) -> Resu
                 range.end()
             ))
         })
+}
+
+/// Parses `MIN-MAX` (bytes, 1 <= MIN <= MAX <= [`WRITE_MAX`]).
+fn write_range(value: &str) -> Result<(usize, usize)> {
+    let bad = || {
+        Error::invalid_argument(format!(
+            "CCLKIT_OFI_WRITE_BYTES={value:?} is not 0 or MIN-MAX with 1 <= MIN <= MAX <= {WRITE_MAX}"
+        ))
+    };
+    let (lo, hi) = value.trim().split_once('-').ok_or_else(bad)?;
+    let lo: usize = lo.trim().parse().map_err(|_| bad())?;
+    let hi: usize = hi.trim().parse().map_err(|_| bad())?;
+    if lo == 0 || lo > hi || hi > WRITE_MAX {
+        return Err(bad());
+    }
+    Ok((lo, hi))
 }
 
 impl Config {
@@ -117,6 +147,12 @@ impl Config {
             Some(v) => Some(number("CCLKIT_OFI_BUNDLE_BYTES", &v, 1024..=(4 << 20))? as usize),
             None => None,
         };
+        let write = match get("CCLKIT_OFI_WRITE_BYTES") {
+            Some(v) if v.trim() == "0" => Some(None),
+            Some(v) => Some(Some(write_range(&v)?)),
+            None => None,
+        };
+        let limit = |name: &str| get(name).and_then(|v| v.trim().parse::<usize>().ok());
         Ok(Self {
             providers: get("CCLKIT_OFI_PROVIDER").as_deref().and_then(list),
             ifaces: get("CCLKIT_OFI_IFACE").as_deref().and_then(list),
@@ -132,7 +168,34 @@ impl Config {
             bundle_bytes,
             // libfabric's own setting: a value it would reject is not ours to judge.
             rxm_buffer: get("FI_OFI_RXM_BUFFER_SIZE").and_then(|v| v.trim().parse().ok()),
+            write,
+            rxm_limits: (
+                limit("FI_OFI_RXM_EAGER_LIMIT"),
+                limit("FI_OFI_RXM_SAR_LIMIT"),
+            ),
         })
+    }
+
+    /// The sizes `provider` sends as RMA writes, `None` = none: the setting, else
+    /// on `ofi_rxm` stacks the sizes it segments through bounce buffers (above its
+    /// eager limit, below its SAR limit), where a write into the receive buffer
+    /// ran 1.1-1.6x a tagged send on `tcp;ofi_rxm` (README "Writes"). Eager
+    /// messages and rendezvous are as fast as a write there, and other providers
+    /// move large messages without bounce buffers.
+    pub fn write_range_for(&self, provider: &str) -> Option<(usize, usize)> {
+        if let Some(w) = self.write {
+            return w;
+        }
+        if !provider.split(';').any(|p| p == "ofi_rxm") {
+            return None;
+        }
+        let eager = self.rxm_limits.0.unwrap_or(RXM_EAGER_LIMIT);
+        let sar = self
+            .rxm_limits
+            .1
+            .unwrap_or(RXM_SAR_LIMIT)
+            .min(WRITE_MAX + 1);
+        (eager + 1 < sar).then(|| (eager + 1, sar - 1))
     }
 
     /// The bundle size for `provider`: the setting, else on for providers that
@@ -218,6 +281,31 @@ mod tests {
         );
         assert!(cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "100")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_BUNDLE_BYTES", "lots")]).is_err());
+    }
+
+    #[test]
+    fn write_setting() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.write_range_for("tcp;ofi_rxm"), Some((16385, 131071)));
+        assert_eq!(c.write_range_for("shm"), None);
+        assert_eq!(c.write_range_for("efa"), None);
+        let c = cfg(&[
+            ("FI_OFI_RXM_EAGER_LIMIT", "65536"),
+            ("FI_OFI_RXM_SAR_LIMIT", "262144"),
+        ])
+        .unwrap();
+        assert_eq!(c.write_range_for("verbs;ofi_rxm"), Some((65537, 262143)));
+        // rxm segmenting nothing (SAR limit at or under the eager limit): no writes.
+        let c = cfg(&[("FI_OFI_RXM_SAR_LIMIT", "16384")]).unwrap();
+        assert_eq!(c.write_range_for("tcp;ofi_rxm"), None);
+        let off = cfg(&[("CCLKIT_OFI_WRITE_BYTES", "0")]).unwrap();
+        assert_eq!(off.write_range_for("tcp;ofi_rxm"), None);
+        let set = cfg(&[("CCLKIT_OFI_WRITE_BYTES", " 1-4096 ")]).unwrap();
+        assert_eq!(set.write_range_for("shm"), Some((1, 4096)));
+        for bad in ["4096", "0-10", "10-5", "1-16777216", "a-b", "-5", "5-"] {
+            let e = cfg(&[("CCLKIT_OFI_WRITE_BYTES", bad)]).unwrap_err();
+            assert!(e.message().contains("CCLKIT_OFI_WRITE_BYTES"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -139,10 +139,25 @@ pub fn isend(
     if !admit(&mut e, comm.conn)? {
         return Ok(None);
     }
+    let seq = comm.seqs.peek(tag);
+    if e.offer_pending(comm.conn, tag, seq, buf.len()) {
+        e.progress();
+        if e.offer_pending(comm.conn, tag, seq, buf.len()) {
+            return Ok(None);
+        }
+    }
     let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
-    let tag64 = e.layout().data(comm.comm_id, comm.seqs.next(tag), tag);
+    let seq = comm.seqs.next(tag);
+    let tag64 = e.layout().data(comm.comm_id, seq, tag);
     // SAFETY: NCCL keeps `buf` valid until the request completes; `desc` covers it.
-    let op = match unsafe { e.send_data(comm.conn, buf.as_ptr(), buf.len(), desc, tag64) } {
+    let posted = unsafe {
+        match e.write_data(comm.conn, tag, seq, buf.as_ptr(), buf.len(), desc) {
+            Ok(Some(op)) => Ok(op),
+            Ok(None) => e.send_data(comm.conn, buf.as_ptr(), buf.len(), desc, tag64),
+            Err(err) => Err(err),
+        }
+    };
+    let op = match posted {
         Ok(op) => op,
         Err(err) => {
             e.mrs.release(temp);
@@ -198,9 +213,20 @@ pub fn irecv(comm: &mut RecvComm, bufs: &[RecvBuf<'_, OfiMr>]) -> Result<Option<
     for (i, b) in bufs.iter().enumerate() {
         let posted = desc_for(&mut e, &dev, b.mr, &b.buf).and_then(|(desc, temp)| {
             r.temp_mrs[i] = temp;
-            let tag64 = e.layout().data(comm.comm_id, comm.seqs.next(b.tag), b.tag);
+            let seq = comm.seqs.next(b.tag);
+            let tag64 = e.layout().data(comm.comm_id, seq, b.tag);
+            let (addr, len) = (b.buf.as_ptr() as usize, b.buf.len());
             // SAFETY: NCCL keeps each buffer valid until the request completes.
-            unsafe { e.recv_data(comm.conn, b.buf.as_ptr(), b.buf.len(), desc, tag64) }
+            let op = unsafe { e.recv_data(comm.conn, addr as *mut u8, len, desc, tag64) }?;
+            // A write target only in NCCL's own registration on this device.
+            let rma =
+                b.mr.filter(|m| std::ptr::eq(&*m.dev, &*dev))
+                    .and_then(|m| m.r.rma);
+            if let Err(err) = e.offer_write(comm.conn, op, (b.tag, seq), addr, len, rma) {
+                e.finish(op);
+                return Err(err);
+            }
+            Ok(op)
         });
         match posted {
             Ok(op) => {

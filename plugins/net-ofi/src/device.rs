@@ -28,18 +28,22 @@ pub struct Device {
     pub max_recvs: usize,
     /// Bundle size of this device's connections (`bundle.rs`); 0 = none.
     pub bundle_bytes: usize,
+    /// Sizes this device's sends go as RMA writes (`engine/write.rs`); `None` = none.
+    pub writes: Option<(usize, usize)>,
     engine: Mutex<Engine>,
 }
 
 impl Device {
     /// Opens fabric, domain, CQ, AV and endpoint for `desc`.
-    /// `bundle_bytes`: the bundle size for its connections (0 = no bundles).
+    /// `bundle_bytes`: the bundle size for its connections (0 = no bundles);
+    /// `writes`: the sizes to send as RMA writes, if the provider can.
     pub fn open(
         index: usize,
         provider: &str,
         desc: &DeviceDesc,
         cfg: &Config,
         bundle_bytes: usize,
+        writes: Option<(usize, usize)>,
     ) -> Result<Arc<Self>> {
         let ctx = |e: crate::fabric::FiError| {
             Error::system(format!(
@@ -47,7 +51,8 @@ impl Device {
                 desc.name
             ))
         };
-        let info = bind_info(provider, desc)?;
+        let (info, rma) = bind_info(provider, desc, writes.is_some())?;
+        let writes = writes.filter(|_| rma);
         let info = info.as_ref();
         let fabric = Fabric::open(info).map_err(ctx)?;
         let domain = Domain::open(&fabric, info).map_err(ctx)?;
@@ -72,7 +77,8 @@ impl Device {
                         0
                     },
                 cfg.mr_cache,
-            ),
+            )
+            .with_remote_write(writes.is_some()),
             desc.layout,
             liveness,
         )?;
@@ -80,7 +86,7 @@ impl Device {
         nccl_info!(
             subsys::NET | subsys::INIT,
             "NET/OFI: opened device {index} ({provider} {}), address {} bytes, mr_mode {:#x}, \
-             receive queue {}, bundles {}",
+             receive queue {}, bundles {}, writes {}",
             desc.name,
             addr.len(),
             desc.mr_mode,
@@ -89,6 +95,10 @@ impl Device {
                 format!("of up to {bundle_bytes} bytes")
             } else {
                 "off".to_owned()
+            },
+            match writes {
+                Some((lo, hi)) => format!("for sends of {lo}-{hi} bytes"),
+                None => "off".to_owned(),
             }
         );
         Ok(Arc::new(Self {
@@ -98,6 +108,7 @@ impl Device {
             addr,
             max_recvs: cfg.max_recvs,
             bundle_bytes,
+            writes,
             engine: Mutex::new(engine),
         }))
     }

@@ -247,22 +247,58 @@ fn devices_of(
     Ok(out)
 }
 
-/// The entry to open a device's endpoint with: for IP providers, a fresh
-/// `fi_getinfo(node, FI_SOURCE)` so the endpoint binds to that address (without
-/// it a peer may answer through another interface and the exchange stalls,
-/// DEPENDENCIES.md §4).
-pub fn bind_info(prov: &str, dev: &DeviceDesc) -> Result<Info> {
-    let Some(node) = &dev.bind_node else {
-        return Ok(dev.info.as_ref().to_owned()?);
-    };
+/// The entry to open a device's endpoint with, and whether it has the write path's
+/// `FI_RMA` with 8 bytes of remote CQ data (asked for when `rma`; without it, or
+/// when the provider says no, the entry is the tagged-only one). For IP
+/// providers it is a fresh `fi_getinfo(node, FI_SOURCE)` so the endpoint binds to
+/// that address (without it a peer may answer through another interface and the
+/// exchange stalls, DEPENDENCIES.md §4).
+pub fn bind_info(prov: &str, dev: &DeviceDesc, rma: bool) -> Result<(Info, bool)> {
+    if rma {
+        match query(prov, dev, CAPS | sys::FI_RMA as u64) {
+            Ok(i) if i.as_ref().cq_data_size() >= 8 => return Ok((i, true)),
+            Ok(i) => nccl_info!(
+                cclkit_abi::raw::common::subsys::NET,
+                "NET/OFI: {prov} on {} carries {} bytes of remote CQ data, 8 needed: no writes",
+                dev.name,
+                i.as_ref().cq_data_size()
+            ),
+            Err(e) => nccl_info!(
+                cclkit_abi::raw::common::subsys::NET,
+                "NET/OFI: {prov} on {} offers no FI_RMA: no writes ({})",
+                dev.name,
+                e.message()
+            ),
+        }
+    }
+    if dev.bind_node.is_none() {
+        return Ok((dev.info.as_ref().to_owned()?, false));
+    }
+    Ok((query(prov, dev, CAPS)?, false))
+}
+
+/// The first entry of `prov` for `dev`'s domain with `caps`, bound to its node
+/// address when it has one.
+fn query(prov: &str, dev: &DeviceDesc, caps: u64) -> Result<Info> {
     let mut h = hints(false)?;
+    h.caps(caps);
     h.provider(prov)?.domain(&dev.name)?;
-    let list = getinfo(Some(node), None, sys::FI_SOURCE, &h)
-        .map_err(|e| Error::system(format!("NET/OFI: binding {} to {node}: {e}", dev.name)))?;
+    let (node, flags) = match &dev.bind_node {
+        Some(n) => (Some(n.as_str()), sys::FI_SOURCE),
+        None => (None, 0),
+    };
+    let list = getinfo(node, None, flags, &h).map_err(|e| {
+        Error::system(format!(
+            "NET/OFI: binding {} to {}: {e}",
+            dev.name,
+            node.unwrap_or("its domain")
+        ))
+    })?;
     let first = list.iter().next().ok_or_else(|| {
         Error::system(format!(
-            "NET/OFI: provider {prov} has no endpoint for domain {} bound to {node}",
-            dev.name
+            "NET/OFI: provider {prov} has no endpoint for domain {}{}",
+            dev.name,
+            node.map(|n| format!(" bound to {n}")).unwrap_or_default()
         ))
     })?;
     Ok(first.to_owned()?)

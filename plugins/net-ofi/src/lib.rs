@@ -39,7 +39,7 @@ pub mod proto;
 pub mod sys;
 pub mod tags;
 
-pub use engine::{BundleCounts, bundle_counts};
+pub use engine::{BundleCounts, WriteCounts, bundle_counts, write_counts};
 pub use net::OfiNet;
 
 cclkit_abi::export_net!(OfiNet);

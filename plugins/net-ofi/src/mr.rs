@@ -6,9 +6,12 @@
 //! * `FI_MR_PROV_KEY` unset: each registration asks for a unique key.
 //! * `FI_MR_ALLOCATED`: host ranges are widened to whole pages, which are
 //!   allocated because they hold the buffer's own bytes.
-//! * `FI_MR_VIRT_ADDR`: only changes RMA addressing; this plugin does no RMA.
+//! * `FI_MR_VIRT_ADDR`: RMA addresses are virtual addresses; without it they are
+//!   offsets into the registration ([`RmaTarget`]), as the write path needs.
 //! * `FI_MR_ENDPOINT`: the registration is bound to the device's endpoint.
 //! * CUDA memory (`FI_HMEM` providers) is always registered, with its device.
+//! * With the write path on (`engine/write.rs`), host memory is always registered,
+//!   with `FI_REMOTE_WRITE`, so that a receive buffer can be a write's target.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -19,12 +22,31 @@ use crate::fabric::{Domain, Endpoint, MemIface, Mr};
 use crate::sys;
 
 /// A registration held by a caller: release it with [`MrCache::release`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MrRef {
     /// Cache entry id; 0 = nothing registered (provider needs no registration).
     pub id: u64,
     /// `fi_mr_desc` as an address (0 = NULL).
     pub desc: usize,
+    /// How a peer writes into it; `None` unless host memory registered for writes.
+    pub rma: Option<RmaTarget>,
+}
+
+/// What a peer needs to write into a host registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RmaTarget {
+    /// The registration's key (`fi_mr_key`).
+    pub key: u64,
+    /// Subtracted from a virtual address to get the RMA address: 0 with
+    /// `FI_MR_VIRT_ADDR`, else the registration's first byte.
+    pub base: usize,
+}
+
+impl RmaTarget {
+    /// The RMA address of virtual address `addr`.
+    pub fn addr_of(&self, addr: usize) -> u64 {
+        addr.wrapping_sub(self.base) as u64
+    }
 }
 
 impl MrRef {
@@ -41,6 +63,7 @@ struct Entry {
     iface: MemIface,
     refs: usize,
     mr: Mr,
+    rma: Option<RmaTarget>,
 }
 
 /// The registrations of one domain.
@@ -50,6 +73,7 @@ pub struct MrCache {
     next_key: u64,
     cache: bool,
     mr_mode: u32,
+    remote_write: bool,
 }
 
 fn page_size() -> usize {
@@ -72,7 +96,24 @@ impl MrCache {
             next_key: 1,
             cache,
             mr_mode,
+            remote_write: false,
         }
+    }
+
+    /// Registers host memory for peers' writes too (`FI_REMOTE_WRITE`, even where
+    /// the provider needs no registration for sends and receives).
+    pub fn with_remote_write(mut self, on: bool) -> Self {
+        self.remote_write = on;
+        self
+    }
+
+    fn access(&self) -> u64 {
+        ACCESS
+            | if self.remote_write {
+                sys::FI_REMOTE_WRITE as u64
+            } else {
+                0
+            }
     }
 
     /// Whether host memory needs registering at all with this provider.
@@ -113,6 +154,14 @@ impl MrCache {
         let id = self.next_id;
         self.next_id += 1;
         let desc = mr.desc() as usize;
+        let rma = (self.remote_write && iface == MemIface::System).then(|| RmaTarget {
+            key: mr.key(),
+            base: if self.mr_mode & sys::FI_MR_VIRT_ADDR != 0 {
+                0
+            } else {
+                start
+            },
+        });
         self.entries.push(Entry {
             id,
             start,
@@ -120,8 +169,9 @@ impl MrCache {
             iface,
             refs: 1,
             mr,
+            rma,
         });
-        Ok(MrRef { id, desc })
+        Ok(MrRef { id, desc, rma })
     }
 
     /// Registers `[addr, addr + len)` or takes another reference on a cached
@@ -137,8 +187,8 @@ impl MrCache {
         len: usize,
         iface: MemIface,
     ) -> Result<MrRef> {
-        if iface == MemIface::System && !self.host_needs_mr() {
-            return Ok(MrRef { id: 0, desc: 0 });
+        if iface == MemIface::System && !self.host_needs_mr() && !self.remote_write {
+            return Ok(MrRef::default());
         }
         let end = addr
             .checked_add(len)
@@ -153,6 +203,7 @@ impl MrCache {
                 return Ok(MrRef {
                     id: e.id,
                     desc: e.mr.desc() as usize,
+                    rma: e.rma,
                 });
             }
         }
@@ -171,7 +222,7 @@ impl MrCache {
                 domain,
                 start as *mut c_void,
                 (end - start).max(1),
-                ACCESS,
+                self.access(),
                 key,
                 iface,
             )
@@ -311,7 +362,34 @@ mod tests {
         let buf = [0u8; 64];
         // SAFETY: nothing is registered.
         let r = unsafe { c.acquire(&d, &ep, buf.as_ptr() as usize, 64, MemIface::System) }.unwrap();
-        assert_eq!(r, MrRef { id: 0, desc: 0 });
+        assert_eq!(r, MrRef::default());
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn write_targets_are_registered_with_their_rma_address() {
+        let (d, ep) = shm();
+        let page = page_size();
+        let buf = vec![0u8; 3 * page];
+        let p = buf.as_ptr() as usize + 100;
+        for (mode, virt) in [(0, false), (sys::FI_MR_VIRT_ADDR, true)] {
+            let mut c = MrCache::new(mode, true).with_remote_write(true);
+            // SAFETY: `buf` outlives the registrations.
+            let r = unsafe { c.acquire(&d, &ep, p, page, MemIface::System) }.unwrap();
+            assert_ne!(r.id, 0, "host memory is registered for writes");
+            let t = r.rma.expect("a write target");
+            let start = p & !(page - 1);
+            assert_eq!(
+                t.addr_of(p),
+                if virt { p as u64 } else { (p - start) as u64 }
+            );
+            // A cache hit hands out the same target.
+            // SAFETY: as above.
+            let again = unsafe { c.acquire(&d, &ep, p + 8, 16, MemIface::System) }.unwrap();
+            assert_eq!(again.rma, r.rma);
+            c.release(r.id);
+            c.release(again.id);
+            assert!(c.is_empty());
+        }
     }
 }

@@ -61,12 +61,16 @@ impl OfiNet {
         let desc = &self.descs[dev];
         // Bundles copy on the host: never on a device NCCL may hand GPU memory
         // (so every send of a device with bundles is host memory).
-        let bundles = if self.gpu_direct(desc) {
-            0
+        // Writes likewise (their targets are host registrations).
+        let (bundles, writes) = if self.gpu_direct(desc) {
+            (0, None)
         } else {
-            self.cfg.bundle_bytes_for(&self.provider)
+            (
+                self.cfg.bundle_bytes_for(&self.provider),
+                self.cfg.write_range_for(&self.provider),
+            )
         };
-        let d = Device::open(dev, &self.provider, desc, &self.cfg, bundles)?;
+        let d = Device::open(dev, &self.provider, desc, &self.cfg, bundles, writes)?;
         *slot = Some(Arc::clone(&d));
         Ok(d)
     }

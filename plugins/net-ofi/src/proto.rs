@@ -13,9 +13,12 @@ const ACCEPT_MAGIC: u64 = u64::from_le_bytes(*b"cclkOFIa");
 /// Largest endpoint address a handle carries (EFA 32 B, sockaddr_in6 28 B, shm names).
 pub const HANDLE_ADDR_MAX: usize = NetHandle::PAYLOAD - 24;
 /// Largest endpoint address a connect request carries.
-const CONNECT_ADDR_MAX: usize = 160;
-/// Size of a connect request buffer.
-pub const CONNECT_LEN: usize = 48 + CONNECT_ADDR_MAX;
+pub const CONNECT_ADDR_MAX: usize = 156;
+/// Size of a connect request buffer: the address area, then the write offer
+/// (zero from a peer without writes, whose address area ran to the end).
+pub const CONNECT_LEN: usize = 48 + CONNECT_ADDR_MAX + 4;
+/// Where a connect request carries its write offer.
+const CONNECT_WRITE_AT: usize = 48 + CONNECT_ADDR_MAX;
 /// Size of a connect reply.
 pub const ACCEPT_LEN: usize = 48;
 
@@ -105,6 +108,10 @@ pub struct ConnectMsg {
     pub proc_id: ProcId,
     /// The connecting side's endpoint address.
     pub addr: Vec<u8>,
+    /// Smallest send the connecting side would write (`engine/write.rs`): the
+    /// receiver offers receives of at least this size as write targets, to
+    /// `reply_id`. 0 = no writes.
+    pub write_min: u32,
 }
 
 impl ConnectMsg {
@@ -123,6 +130,7 @@ impl ConnectMsg {
         b[18..20].copy_from_slice(&(self.addr.len() as u16).to_le_bytes());
         b[20..48].copy_from_slice(&self.proc_id.encode());
         b[48..48 + self.addr.len()].copy_from_slice(&self.addr);
+        b[CONNECT_WRITE_AT..CONNECT_WRITE_AT + 4].copy_from_slice(&self.write_min.to_le_bytes());
         Ok(b)
     }
 
@@ -140,6 +148,11 @@ impl ConnectMsg {
             reply_id: u16_at(b, 16),
             proc_id: proc_at(b, 20),
             addr: b[48..48 + len].to_vec(),
+            write_min: if b.len() >= CONNECT_LEN {
+                u32_at(b, CONNECT_WRITE_AT)
+            } else {
+                0
+            },
         })
     }
 }
@@ -156,7 +169,13 @@ pub struct AcceptMsg {
     /// Largest bundle the receive comm takes (`bundle.rs`), a multiple of
     /// [`BUNDLE_UNIT`]; 0 = none (also what a peer without bundles sends).
     pub bundle_bytes: usize,
+    /// The receive comm offers its receives as write targets (only ever set in
+    /// reply to a connect request offering writes).
+    pub writes: bool,
 }
+
+/// Top bit of the bundle-units field: the reply accepts writes.
+const ACCEPT_WRITES: u16 = 0x8000;
 
 /// Bundle sizes travel in units of this many bytes.
 pub const BUNDLE_UNIT: usize = 256;
@@ -168,7 +187,8 @@ impl AcceptMsg {
         b[0..8].copy_from_slice(&ACCEPT_MAGIC.to_le_bytes());
         b[8..16].copy_from_slice(&self.nonce.to_le_bytes());
         b[16..18].copy_from_slice(&self.comm_id.to_le_bytes());
-        let units = (self.bundle_bytes / BUNDLE_UNIT).min(usize::from(u16::MAX)) as u16;
+        let units = (self.bundle_bytes / BUNDLE_UNIT).min(usize::from(!ACCEPT_WRITES)) as u16;
+        let units = units | if self.writes { ACCEPT_WRITES } else { 0 };
         b[18..20].copy_from_slice(&units.to_le_bytes());
         b[20..48].copy_from_slice(&self.proc_id.encode());
         b
@@ -183,7 +203,63 @@ impl AcceptMsg {
             nonce: u64_at(b, 8),
             comm_id: u16_at(b, 16),
             proc_id: proc_at(b, 20),
-            bundle_bytes: usize::from(u16_at(b, 18)) * BUNDLE_UNIT,
+            bundle_bytes: usize::from(u16_at(b, 18) & !ACCEPT_WRITES) * BUNDLE_UNIT,
+            writes: u16_at(b, 18) & ACCEPT_WRITES != 0,
+        })
+    }
+}
+
+/// Clear to write: a receive the peer may write into instead of sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cts {
+    /// The receive comm's token for this receive, echoed in the write's CQ data.
+    pub token: u16,
+    /// The token's generation (a reused token never takes a stale write).
+    pub generation: u8,
+    /// The receive's sequence number for `tag` (all 32 bits).
+    pub seq: u32,
+    /// The receive's NCCL tag.
+    pub tag: i32,
+    /// Its size in bytes.
+    pub cap: u32,
+    /// The registration key and RMA address of its first byte.
+    pub key: u64,
+    /// RMA address of the buffer (see `mr::RmaTarget`).
+    pub addr: u64,
+}
+
+const CTS_MAGIC: u16 = 0xc75a;
+/// Size of a clear-to-write message.
+pub const CTS_LEN: usize = 36;
+
+impl Cts {
+    /// Encodes into `CTS_LEN` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; CTS_LEN];
+        b[0..2].copy_from_slice(&CTS_MAGIC.to_le_bytes());
+        b[2..4].copy_from_slice(&self.token.to_le_bytes());
+        b[4] = self.generation;
+        b[8..12].copy_from_slice(&self.seq.to_le_bytes());
+        b[12..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..20].copy_from_slice(&self.cap.to_le_bytes());
+        b[20..28].copy_from_slice(&self.key.to_le_bytes());
+        b[28..36].copy_from_slice(&self.addr.to_le_bytes());
+        b
+    }
+
+    /// Decodes received bytes; `None` for anything malformed.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != CTS_LEN || u16_at(b, 0) != CTS_MAGIC {
+            return None;
+        }
+        Some(Self {
+            token: u16_at(b, 2),
+            generation: b[4],
+            seq: u32_at(b, 8),
+            tag: u32_at(b, 12) as i32,
+            cap: u32_at(b, 16),
+            key: u64_at(b, 20),
+            addr: u64_at(b, 28),
         })
     }
 }
@@ -225,23 +301,60 @@ mod tests {
             reply_id: 65535,
             proc_id: ProcId::current(),
             addr: vec![9; 100],
+            write_min: 16385,
         };
         let b = c.encode().unwrap();
         assert_eq!(b.len(), CONNECT_LEN);
-        assert_eq!(ConnectMsg::decode(&b), Some(c));
+        assert_eq!(ConnectMsg::decode(&b), Some(c.clone()));
+        // A request from a peer without writes (zeros after the address) offers none.
+        let mut old = b.clone();
+        old[CONNECT_WRITE_AT..].fill(0);
+        assert_eq!(ConnectMsg::decode(&old).map(|m| m.write_min), Some(0));
+        let long = ConnectMsg {
+            addr: vec![1; CONNECT_ADDR_MAX + 1],
+            ..c
+        };
+        assert!(
+            long.encode().is_err(),
+            "the address never runs into the offer"
+        );
         assert_eq!(ConnectMsg::decode(&b[..40]), None);
         let a = AcceptMsg {
             nonce: 7,
             comm_id: 42,
             proc_id: ProcId::current(),
             bundle_bytes: 63 * BUNDLE_UNIT,
+            writes: false,
         };
         assert_eq!(AcceptMsg::decode(&a.encode()), Some(a));
+        let w = AcceptMsg { writes: true, ..a };
+        assert_eq!(AcceptMsg::decode(&w.encode()), Some(w));
         // A reply from a peer without bundles (zero bytes there) offers none.
         let mut old = a.encode();
         old[18..20].fill(0);
         assert_eq!(AcceptMsg::decode(&old).map(|m| m.bundle_bytes), Some(0));
         assert_eq!(AcceptMsg::decode(&b), None, "a connect is not an accept");
+    }
+
+    #[test]
+    fn clear_to_write_round_trips_and_rejects_garbage() {
+        let c = Cts {
+            token: 513,
+            generation: 200,
+            seq: u32::MAX - 3,
+            tag: -7,
+            cap: 131_071,
+            key: 0xdead_beef_0000_0042,
+            addr: 0x7fff_1234_5678,
+        };
+        let b = c.encode();
+        assert_eq!(b.len(), CTS_LEN);
+        assert_eq!(Cts::decode(&b), Some(c));
+        assert_eq!(Cts::decode(&b[..CTS_LEN - 1]), None);
+        let mut bad = b.clone();
+        bad[0] ^= 1;
+        assert_eq!(Cts::decode(&bad), None);
+        assert_eq!(Cts::decode(&[0u8; CTS_LEN]), None);
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub enum Ctrl {
     Ping = 3,
     /// A bundle of small sends, to a receive comm's id (`bundle.rs`).
     Bundle = 4,
+    /// Clear to write: a posted receive offered as a write target, to the send
+    /// comm's id (`engine/write.rs`).
+    Cts = 5,
 }
 
 /// How tags are laid out for a provider that matches `bits` tag bits.
@@ -79,6 +82,14 @@ impl TagLayout {
 pub struct Seqs(Vec<(i32, u32)>);
 
 impl Seqs {
+    /// The next sequence number for `tag`, without advancing it.
+    pub fn peek(&self, tag: i32) -> u32 {
+        self.0
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map_or(0, |(_, s)| *s)
+    }
+
     /// Returns the next sequence number for `tag` and advances it.
     pub fn next(&mut self, tag: i32) -> u32 {
         if let Some((_, s)) = self.0.iter_mut().find(|(t, _)| *t == tag) {
@@ -125,7 +136,9 @@ mod tests {
     #[test]
     fn sequences_are_per_tag() {
         let mut s = Seqs::default();
+        assert_eq!(s.peek(3), 0);
         assert_eq!(s.next(3), 0);
+        assert_eq!(s.peek(3), 1);
         assert_eq!(s.next(3), 1);
         assert_eq!(s.next(-1), 0);
         assert_eq!(s.next(3), 2);

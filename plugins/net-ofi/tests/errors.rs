@@ -180,8 +180,9 @@ fn loopback(provider: &str, abi: &str, truncate: bool) {
     let seed = rand::random::<u32>().to_string();
     let mut args = vec!["loopback", abi, &seed];
     if truncate {
-        // tcp: also the bundles, on by default there (bundles.rs of the peer).
-        args.extend(["truncate", "bundles"]);
+        // tcp: also the bundles and the writes, on by default there
+        // (bundles.rs and writes.rs of the peer).
+        args.extend(["truncate", "bundles", "writes"]);
     }
     let mut p = Peer::spawn("loopback", &args, &provider_env(provider));
     // `test` of an already completed request makes no CQ read (quiet.rs).
@@ -189,6 +190,7 @@ fn loopback(provider: &str, abi: &str, truncate: bool) {
     if truncate {
         p.expect("BUNDLE TRUNCATED", Duration::from_secs(60));
         p.expect("BUNDLES ok", Duration::from_secs(60));
+        p.expect("WRITES ok", Duration::from_secs(60));
         p.expect("TRUNCATED", Duration::from_secs(60));
     }
     p.finish(Duration::from_secs(60));
@@ -212,10 +214,20 @@ fn shm_loopback_threads_and_close_in_flight() {
 /// once waited behind them for good).
 #[test]
 fn tcp_limits_bundle_time_bound_and_full_receive_queue() {
-    limits(&[("CCLKIT_OFI_BUNDLE_BYTES", "65536")], false);
+    // Writes off: the scenario's arithmetic gives the standing-receive budget
+    // to two comms' bundle buffers, and a writing send comm's offer receives
+    // would take a share of it.
+    limits(
+        &[
+            ("CCLKIT_OFI_BUNDLE_BYTES", "65536"),
+            ("CCLKIT_OFI_WRITE_BYTES", "0"),
+        ],
+        false,
+    );
 }
 
-/// Sends go out while receives wait for room, without bundles.
+/// Sends go out while receives wait for room, without bundles (writes on, as
+/// by default: their offer receives stand in the full queue too).
 #[test]
 fn tcp_limits_full_receive_queue_without_bundles() {
     limits(&[("CCLKIT_OFI_BUNDLE_BYTES", "0")], true);

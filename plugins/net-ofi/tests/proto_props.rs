@@ -7,7 +7,8 @@
 use cclkit_abi::net::NetHandle;
 use cclkit_net_ofi::liveness::{PROC_ID_LEN, ProcId};
 use cclkit_net_ofi::proto::{
-    ACCEPT_LEN, AcceptMsg, BUNDLE_UNIT, CONNECT_LEN, ConnectMsg, HANDLE_ADDR_MAX, ListenHandle,
+    ACCEPT_LEN, AcceptMsg, BUNDLE_UNIT, CONNECT_ADDR_MAX, CONNECT_LEN, CTS_LEN, ConnectMsg, Cts,
+    HANDLE_ADDR_MAX, ListenHandle,
 };
 use cclkit_tests::props::{PeakAlloc, Rng, assert_probe_armed, handle_of, peak_alloc};
 
@@ -50,7 +51,8 @@ fn valid_messages_round_trip() {
             nonce: rng.next(),
             reply_id: rng.next() as u16,
             proc_id: proc_id(&mut rng),
-            addr: addr(&mut rng, CONNECT_LEN - 48),
+            addr: addr(&mut rng, CONNECT_ADDR_MAX),
+            write_min: rng.next() as u32,
         };
         let bytes = c.encode().unwrap_or_default();
         assert_eq!(bytes.len(), CONNECT_LEN);
@@ -59,9 +61,20 @@ fn valid_messages_round_trip() {
             nonce: rng.next(),
             comm_id: rng.next() as u16,
             proc_id: proc_id(&mut rng),
-            bundle_bytes: (rng.next() as u16 as usize) * BUNDLE_UNIT,
+            bundle_bytes: ((rng.next() as u16 & 0x7fff) as usize) * BUNDLE_UNIT,
+            writes: rng.next() & 1 == 1,
         };
         assert_eq!(AcceptMsg::decode(&a.encode()), Some(a), "case {case}");
+        let w = Cts {
+            token: rng.next() as u16,
+            generation: rng.next() as u8,
+            seq: rng.next() as u32,
+            tag: rng.next() as i32,
+            cap: rng.next() as u32,
+            key: rng.next(),
+            addr: rng.next(),
+        };
+        assert_eq!(Cts::decode(&w.encode()), Some(w), "case {case}");
     }
 }
 
@@ -79,7 +92,8 @@ fn oversized_addresses_are_refused_on_the_way_out() {
         nonce: 1,
         reply_id: 2,
         proc_id: ProcId::decode(&[0; PROC_ID_LEN]),
-        addr: vec![1; CONNECT_LEN - 48 + 1],
+        addr: vec![1; CONNECT_ADDR_MAX + 1],
+        write_min: 0,
     };
     assert!(c.encode().is_err());
 }
@@ -147,6 +161,7 @@ fn arbitrary_connect_and_accept_bytes_never_panic() {
                 reply_id: 0,
                 proc_id: ProcId::decode(&[0; PROC_ID_LEN]),
                 addr: vec![0],
+                write_min: 0,
             };
             let valid = c.encode().unwrap_or_default();
             b[..8].copy_from_slice(&valid[..8]);
@@ -162,6 +177,21 @@ fn arbitrary_connect_and_accept_bytes_never_panic() {
         if let Some(a) = r {
             assert!(b.len() >= ACCEPT_LEN);
             assert_eq!(a.encode()[..18], b[..18], "case {case}");
+        }
+        // A clear-to-write message from a peer: only exactly CTS_LEN bytes with
+        // its magic decode, and re-encode to the same bytes but the padding.
+        let mut c = b.clone();
+        if case % 3 == 0 {
+            c.resize(CTS_LEN, 0);
+            c[..2].copy_from_slice(&0xc75a_u16.to_le_bytes());
+        }
+        let (r, peak) = peak_alloc(|| Cts::decode(&c));
+        assert_eq!(peak, 0);
+        if let Some(w) = r {
+            assert_eq!(c.len(), CTS_LEN);
+            let again = w.encode();
+            assert_eq!(again[..5], c[..5], "case {case}");
+            assert_eq!(again[8..], c[8..], "case {case}");
         }
     }
 }

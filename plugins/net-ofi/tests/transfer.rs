@@ -2,7 +2,8 @@
 //! `tcp;ofi_rxm` (bound to loopback) and `shm` providers: random data at sizes
 //! 0, 1, 7, 4095, 64 KiB + 3 and 4 MiB + 5, 32 requests in flight, then grouped
 //! receives (distinct tags out of order, repeated tags); with bundles of small
-//! sends (on by default over tcp) and without.
+//! sends (on by default over tcp) and without, with writes of mid sizes (on by
+//! default over tcp) and without.
 
 mod common;
 
@@ -47,17 +48,58 @@ fn transfer_with(
     let setting = extra.iter().find(|(k, _)| *k == "CCLKIT_OFI_BUNDLE_BYTES");
     // A receive comm's 8 bundle receives may take at most a quarter of the
     // provider's receive queue (FI_OFI_RXM_RX_SIZE): under 32 entries, no bundles.
-    let small_queue = extra
+    let rx_queue = extra
         .iter()
-        .any(|(k, v)| *k == "FI_OFI_RXM_RX_SIZE" && v.parse::<usize>().is_ok_and(|n| n < 32));
+        .find(|(k, _)| *k == "FI_OFI_RXM_RX_SIZE")
+        .and_then(|(_, v)| v.parse::<usize>().ok());
+    let small_queue = rx_queue.is_some_and(|n| n < 32);
     let off = match setting {
         Some((_, v)) => *v == "0",
         None => provider == "shm" || small_queue,
     };
+    // Sends that wait for their offers (every size a write) leave none queued
+    // to bundle.
+    let all_written = extra
+        .iter()
+        .any(|(k, v)| *k == "CCLKIT_OFI_WRITE_BYTES" && v.starts_with("1-"));
     if off {
         assert_eq!(bundled, 0, "bundles were sent while off: {sent}");
-    } else {
+    } else if !all_written {
         assert!(bundled > 0, "no send was bundled: {sent}");
+    }
+    // Writes (src/engine/write.rs): on by default over tcp;ofi_rxm for sizes
+    // between its eager and SAR limits (the 64 KiB + 3 messages), off on shm and
+    // when set to 0. Every write the sender made landed in an offered receive.
+    let counts = |line: String| -> Vec<u64> {
+        line.split_whitespace()
+            .take(4)
+            .map(|n| n.parse().unwrap_or_else(|_| panic!("unreadable: {line}")))
+            .collect()
+    };
+    let (sw, rw) = (
+        counts(s.expect("WRITES ", t)),
+        counts(r.expect("WRITES ", t)),
+    );
+    // Every receive here but the final handshake's is registered, so a send in
+    // range waits for its offer and goes as a write (the 64 KiB + 3 ones by
+    // default on tcp), unless the offer is later than the wait (tiny queues,
+    // a loaded machine): asserted where every size is in range.
+    let setting = extra
+        .iter()
+        .find(|(k, _)| *k == "CCLKIT_OFI_WRITE_BYTES")
+        .map(|(_, v)| *v);
+    assert_eq!(sw[0], rw[1], "writes sent {sw:?} and landed {rw:?} differ");
+    assert!(rw[2] >= sw[0], "more writes than offers: {rw:?} {sw:?}");
+    match setting {
+        Some("0") => assert_eq!(rw[2], 0, "offers were made with writes off: {rw:?}"),
+        // Offer receives take their entries from the same quarter of the receive
+        // queue as bundle buffers, and leave room for one comm's bundle buffers:
+        // none under 64 entries.
+        None if provider == "shm" || rx_queue.is_some_and(|n| n < 64) => {
+            assert_eq!(rw[2], 0, "offers on shm or a tiny queue: {rw:?}")
+        }
+        None => assert!(rw[2] > 0, "no receive was offered: {rw:?}"),
+        Some(_) => assert!(sw[0] > 0, "no send went as a write: {sw:?} {rw:?}"),
     }
     let logs = [r.finish(t), s.finish(t)];
     if let Some(check) = check {
@@ -82,6 +124,35 @@ fn tcp_v12_without_bundles() {
         "tcp;ofi_rxm",
         "12",
         &[("CCLKIT_OFI_BUNDLE_BYTES", "0")],
+        None,
+    );
+}
+
+/// Every size a write (the range set to all of them): 1 and 7 bytes, 4 MiB + 5,
+/// grouped receives with distinct and repeated tags, next to bundles.
+#[test]
+fn tcp_v12_every_size_written() {
+    transfer_with(
+        "tcp;ofi_rxm",
+        "12",
+        &[("CCLKIT_OFI_WRITE_BYTES", "1-16777215")],
+        None,
+    );
+}
+
+/// Writes off: every send is a tagged message, and no receive is offered.
+#[test]
+fn tcp_v8_without_writes() {
+    transfer_with("tcp;ofi_rxm", "8", &[("CCLKIT_OFI_WRITE_BYTES", "0")], None);
+}
+
+/// Writes on shm when asked for (off by default there), through the v8 table.
+#[test]
+fn shm_v8_written() {
+    transfer_with(
+        "shm",
+        "8",
+        &[("CCLKIT_OFI_WRITE_BYTES", "1000-16777215")],
         None,
     );
 }

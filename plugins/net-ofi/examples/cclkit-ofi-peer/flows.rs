@@ -265,13 +265,19 @@ pub fn post_one(l: &mut Link, buf: &mut [u8], tag: i32) -> R<Request> {
         .ok_or_else(|| "irecv not accepted".to_owned())
 }
 
-/// Posts one send of `buf` with `tag` on `l`'s send comm. The caller keeps `buf`
-/// alive until the request completed.
+/// Posts one send of `buf` with `tag` on `l`'s send comm, calling `isend` again
+/// while it returns no request (as NCCL does: a send in the write range waits a
+/// moment for its receive's offer). The caller keeps `buf` alive until the
+/// request completed.
 pub fn send_one(l: &mut Link, buf: &[u8], tag: i32) -> R<Request> {
-    // SAFETY: every caller keeps `buf` alive until the request completed.
-    unsafe { l.send.isend(buf.as_ptr(), buf.len(), tag, None) }
-        .map_err(err)?
-        .ok_or_else(|| "isend not accepted".to_owned())
+    let deadline = Instant::now() + WAIT;
+    loop {
+        // SAFETY: every caller keeps `buf` alive until the request completed.
+        if let Some(r) = unsafe { l.send.isend(buf.as_ptr(), buf.len(), tag, None) }.map_err(err)? {
+            return Ok(r);
+        }
+        check_deadline(deadline, "isend to accept the send")?;
+    }
 }
 
 /// Waits until `req` completes, returning its sizes.
@@ -289,25 +295,12 @@ pub fn wait(mut side: Side<'_>, mut req: Request) -> R<Vec<usize>> {
 /// so the sender never tears down before its data has arrived.
 pub fn fin(link: &mut Link, i_am_receiver: bool) -> R<()> {
     let mut byte = [1u8; 1];
-    let data = byte.as_mut_ptr();
-    // SAFETY: `byte` outlives the request, which is waited for below.
-    let (side, req) = unsafe {
-        if i_am_receiver {
-            let r = link.send.isend(data, 1, 999, None);
-            (Side::Send(&mut link.send), r)
-        } else {
-            let one = RecvBuffer {
-                data,
-                size: 1,
-                tag: 999,
-                mr: None,
-            };
-            let r = link.recv.irecv(&[one], false);
-            (Side::Recv(&mut link.recv), r)
-        }
-    };
-    let req = req.map_err(err)?.ok_or("fin: request not accepted")?;
-    wait(side, req).map(drop)
+    if i_am_receiver {
+        let req = send_one(link, &byte, 999)?;
+        return wait(Side::Send(&mut link.send), req).map(drop);
+    }
+    let req = post_one(link, &mut byte, 999)?;
+    wait(Side::Recv(&mut link.recv), req).map(drop)
 }
 
 /// Closes both comms and finalizes.

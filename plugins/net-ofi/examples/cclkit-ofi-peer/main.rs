@@ -28,6 +28,7 @@ mod pattern;
 mod quiet;
 mod scenarios;
 mod stream;
+mod writes;
 
 use net::{Abi, R};
 
@@ -67,6 +68,7 @@ fn run(args: &[String]) -> R<()> {
             num(args.get(2), "seed")?,
             args[3..].iter().any(|a| a == "truncate"),
             args[3..].iter().any(|a| a == "bundles"),
+            args[3..].iter().any(|a| a == "writes"),
         ),
         Some("limits") => limits::check(
             abi(args.get(1))?,

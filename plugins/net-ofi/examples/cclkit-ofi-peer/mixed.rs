@@ -4,7 +4,8 @@
 //! libfabric tagged stream with the plugin's hints, then alternates bursts on each
 //! so both see the same machine load; the sender prints
 //! `RESULT raw=<MB/s> plugin=<MB/s> median=<ratio> low=<ratio> high=<ratio>
-//! bundled=<share of its sends in bundles> per_bundle=<sends per bundle>`.
+//! bundled=<share of its sends in bundles> per_bundle=<sends per bundle>
+//! written=<share of its sends that went as RMA writes>`.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -80,7 +81,7 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
         let b = cclkit_net_ofi::bundle_counts();
         let sends = (count * rounds + WINDOW * 2) as f64;
         flows::say(&format!(
-            "RESULT raw={:.1} plugin={:.1} median={:.3} low={:.3} high={:.3} bundled={:.3} per_bundle={:.2}",
+            "RESULT raw={:.1} plugin={:.1} median={:.3} low={:.3} high={:.3} bundled={:.3} per_bundle={:.2} written={:.3}",
             bytes / t_raw.as_secs_f64() / 1e6,
             bytes / t_plugin.as_secs_f64() / 1e6,
             ratios[ratios.len() / 2],
@@ -91,7 +92,8 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
                 b.records as f64 / b.bundles as f64
             } else {
                 0.0
-            }
+            },
+            cclkit_net_ofi::write_counts().writes as f64 / sends
         ));
     }
     plugin.close(&mut link)?;

@@ -99,13 +99,18 @@ pub fn transfer(abi: Abi, sender: bool, seed: u64, rounds: usize) -> R<()> {
         "BUNDLED {} sends in {} bundles, {} early",
         b.records, b.bundles, b.early
     ));
+    let w = cclkit_net_ofi::write_counts();
+    say(&format!(
+        "WRITES {} {} {} {} (written, landed, offered, waited in vain)",
+        w.writes, w.landed, w.offers, w.waited_in_vain
+    ));
     flows::close(link)
 }
 
 /// One process connected to itself: both directions at once, a truncated
-/// receive, MR re-registration, bundles (`bundles.rs`), and closing comms with
-/// requests in flight.
-pub fn loopback(abi: Abi, seed: u64, truncate: bool, bundles: bool) -> R<()> {
+/// receive, MR re-registration, bundles (`bundles.rs`), writes (`writes.rs`),
+/// and closing comms with requests in flight.
+pub fn loopback(abi: Abi, seed: u64, truncate: bool, bundles: bool, writes: bool) -> R<()> {
     // Buffers a request may still use when the comms close live past `flows::close`.
     let (mut big, mut small) = (vec![7u8; 10_000], vec![0u8; 100]);
     let mut pending = vec![0u8; 4096];
@@ -129,6 +134,9 @@ pub fn loopback(abi: Abi, seed: u64, truncate: bool, bundles: bool) -> R<()> {
     // Before the truncation, which breaks a tcp connection for good.
     if bundles {
         crate::bundles::check(&mut l, seed)?;
+    }
+    if writes {
+        crate::writes::check(&mut l, seed)?;
     }
     if truncate {
         truncation(&mut l, &mut big, &mut small)?;

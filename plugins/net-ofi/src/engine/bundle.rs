@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 mod rx;
 mod tx;
 
+pub(in crate::engine) use rx::RX_BUFFERS;
 pub use rx::Rx;
 pub use tx::Tx;
 

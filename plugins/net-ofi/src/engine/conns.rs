@@ -36,6 +36,10 @@ pub struct Conn {
     pub(super) tx: Option<super::bundle::Tx>,
     /// Receiving side's bundles, when this receive comm takes them.
     pub(super) rx: Option<super::bundle::Rx>,
+    /// Sending side's writes (`write.rs`), when the receiver offers targets.
+    pub(super) wtx: Option<super::write::WriteTx>,
+    /// Receiving side's write targets, when the sender writes.
+    pub(super) wrx: Option<super::write::WriteRx>,
 }
 
 /// A pool of 16-bit ids handed out round-robin, so a freed id is reused last.
@@ -111,6 +115,8 @@ impl Engine {
                 next_check: now,
                 tx: None,
                 rx: None,
+                wtx: None,
+                wrx: None,
             },
         );
         key
@@ -160,6 +166,7 @@ impl Engine {
 
     pub(super) fn retire(&mut self, key: u64) {
         if let Some(c) = self.conns.remove(&key) {
+            self.write_retired(&c);
             if let Some(id) = c.data_id {
                 self.data_ids.free(id);
             }

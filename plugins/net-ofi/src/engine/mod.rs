@@ -28,11 +28,13 @@ mod bundle;
 mod conns;
 mod ctrl;
 mod progress;
+mod write;
 
 pub use bundle::{BundleCounts, bundle_counts};
 pub use conns::Conn;
 use conns::Ids;
 pub use progress::cq_reads;
+pub use write::{WriteCounts, write_counts};
 
 /// Identifies one posted operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -78,6 +80,8 @@ enum Owner {
     BundleTx,
     /// A posted bundle receive: its records are delivered on completion.
     BundleRx,
+    /// A posted clear-to-write receive (`write.rs`): its offer is kept.
+    CtsRx,
 }
 
 /// Why an operation failed: the libfabric code and the message to report.
@@ -140,6 +144,16 @@ enum Post {
         desc: usize,
         tag: u64,
         ignore: u64,
+    },
+    /// An RMA write with CQ data (`write.rs`).
+    Write {
+        buf: usize,
+        len: usize,
+        desc: usize,
+        dest: u64,
+        addr: u64,
+        key: u64,
+        data: u64,
     },
 }
 
@@ -219,7 +233,9 @@ pub struct Engine {
     open_tx: Vec<u64>,
     /// Connections with bundle receives waiting for room in the receive queue.
     rx_unposted: Vec<u64>,
-    /// Standing bundle receives allowed, and taken, on this endpoint.
+    /// Receive comms that take writes, by comm id (`write.rs`).
+    write_rx_conns: HashMap<u16, u64>,
+    /// Standing bundle and clear-to-write receives allowed, and taken, on this endpoint.
     bundle_rx_budget: usize,
     bundle_rx_standing: usize,
     /// The provider's receive queue (posts), and the receives other than bundle
@@ -268,6 +284,7 @@ impl Engine {
             backlog: Backlog::default(),
             open_tx: Vec::new(),
             rx_unposted: Vec::new(),
+            write_rx_conns: HashMap::new(),
             bundle_rx_budget: 0,
             bundle_rx_standing: 0,
             rx_queue: 0,
@@ -395,7 +412,11 @@ impl Engine {
     /// they are few, and setting up a connection must not wait for data.
     fn try_post(&mut self, op: OpId, post: Post) -> std::result::Result<bool, FiError> {
         let lane = self.lane(post);
-        let counted = lane != Lane::Send && self.slots[op.idx as usize].owner != Owner::BundleRx;
+        let counted = lane != Lane::Send
+            && !matches!(
+                self.slots[op.idx as usize].owner,
+                Owner::BundleRx | Owner::CtsRx
+            );
         if lane == Lane::DataRecv && counted && self.rx_reserved_for_bundles() {
             return Ok(false);
         }
@@ -432,6 +453,24 @@ impl Engine {
                     desc as *mut c_void,
                     tag,
                     ignore,
+                    ctx,
+                ),
+                Post::Write {
+                    buf,
+                    len,
+                    desc,
+                    dest,
+                    addr,
+                    key,
+                    data,
+                } => self.ep.writedata(
+                    buf as *const c_void,
+                    len,
+                    desc as *mut c_void,
+                    data,
+                    dest,
+                    addr,
+                    key,
                     ctx,
                 ),
             }
@@ -473,7 +512,7 @@ impl Engine {
     /// Which backlog `post` waits in.
     fn lane(&self, post: Post) -> Lane {
         match post {
-            Post::Send { .. } => Lane::Send,
+            Post::Send { .. } | Post::Write { .. } => Lane::Send,
             Post::Recv { tag, .. } if self.layout.comm_of(tag).is_some() => Lane::DataRecv,
             Post::Recv { .. } => Lane::CtrlRecv,
         }

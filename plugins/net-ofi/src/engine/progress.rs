@@ -64,6 +64,12 @@ impl Engine {
             match self.cq.read(&mut entries) {
                 Ok(n) => {
                     for e in &entries[..n] {
+                        // A peer's write: no operation of ours (op_context is
+                        // undefined), its CQ data names the receive.
+                        if e.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 {
+                            self.write_arrived(e.data);
+                            continue;
+                        }
                         if let Some(idx) = self.slot_of(e.op_context) {
                             self.complete(idx, Ok(e.len));
                         }
@@ -85,6 +91,13 @@ impl Engine {
         loop {
             match self.cq.read_err() {
                 Ok(Some(err)) => {
+                    if err.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 {
+                        nccl_warn!(
+                            "NET/OFI: a peer's write failed here: {}",
+                            err.to_fi_error("fi_writedata")
+                        );
+                        continue;
+                    }
                     let Some(idx) = self.slot_of(err.op_context) else {
                         nccl_warn!(
                             "NET/OFI: completion error without an operation: {}",
@@ -163,6 +176,7 @@ impl Engine {
                 return self.bundle_sent(idx, failure);
             }
             Owner::BundleRx => return self.bundle_arrived(idx, result.map_err(|f| f.msg)),
+            Owner::CtsRx => return self.cts_arrived(idx, result.map_err(|f| f.msg)),
             Owner::Caller if s.recv => self.forget_waiter(conn, op),
             _ => {}
         }
@@ -197,7 +211,7 @@ impl Engine {
             }
         }
         match owner {
-            Owner::Caller | Owner::BundleTx | Owner::BundleRx => {}
+            Owner::Caller | Owner::BundleTx | Owner::BundleRx | Owner::CtsRx => {}
             Owner::Orphan | Owner::Ping => self.release(idx),
             Owner::PingSink => {
                 self.release(idx);

@@ -288,6 +288,12 @@ impl<'a> InfoRef<'a> {
         unsafe { (*self.info().ep_attr).max_msg_size }
     }
 
+    /// Bytes of remote CQ data the domain carries with a write (0 = none).
+    pub fn cq_data_size(&self) -> usize {
+        // SAFETY: fi_getinfo always fills domain_attr.
+        unsafe { (*self.info().domain_attr).cq_data_size }
+    }
+
     /// Receives the endpoint can have posted at once (0 when not reported).
     pub fn rx_size(&self) -> usize {
         let rx = self.info().rx_attr;

@@ -176,6 +176,7 @@ impl Cq {
         };
         Ok(Some(CqError {
             op_context: entry.op_context,
+            flags: entry.flags,
             err: entry.err,
             prov_errno: entry.prov_errno,
             len: entry.len,
@@ -188,8 +189,11 @@ impl Cq {
 /// An error completion (`fi_cq_err_entry`) with its provider text.
 #[derive(Debug)]
 pub struct CqError {
-    /// The context of the failed operation.
+    /// The context of the failed operation (undefined for a peer's operation,
+    /// `FI_REMOTE_CQ_DATA` in `flags`).
     pub op_context: *mut c_void,
+    /// Completion flags.
+    pub flags: u64,
     /// Positive `FI_E*` code.
     pub err: i32,
     /// Provider-specific code.
@@ -382,6 +386,41 @@ impl Endpoint {
         check("fi_trecv", ret as i64).map(drop)
     }
 
+    /// Posts an RMA write of `len` bytes from `buf` to `addr` (an address in the
+    /// peer's registration `key`, as its `mr_mode` defines it), carrying `data` to
+    /// the peer's completion queue (`fi_writedata`).
+    ///
+    /// # Safety
+    /// As [`Endpoint::tsend`]; the endpoint must have been opened with `FI_RMA`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn writedata(
+        &self,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        data: u64,
+        dest: u64,
+        addr: u64,
+        key: u64,
+        ctx: *mut sys::fi_context2,
+    ) -> FiResult<()> {
+        // SAFETY: forwarded contract.
+        let ret = unsafe {
+            sys::fi_writedata(
+                self.as_raw(),
+                buf,
+                len,
+                desc,
+                data,
+                dest,
+                addr,
+                key,
+                ctx.cast(),
+            )
+        };
+        check("fi_writedata", ret as i64).map(drop)
+    }
+
     /// Cancels a posted receive; it then completes with `FI_ECANCELED`.
     ///
     /// # Safety
@@ -485,6 +524,12 @@ impl Mr {
     pub fn desc(&self) -> *mut c_void {
         // SAFETY: live MR.
         unsafe { sys::fi_mr_desc(self.as_raw()) }
+    }
+
+    /// The key a peer names this registration by in RMA (`fi_mr_key`).
+    pub fn key(&self) -> u64 {
+        // SAFETY: live MR.
+        unsafe { sys::fi_mr_key(self.as_raw()) }
     }
 
     /// Binds the registration to `ep` and enables it (`FI_MR_ENDPOINT` providers).

@@ -16,7 +16,7 @@ use crate::tags::Ctrl;
 /// sender outrun them: measured with 2, bundles arriving with no receive posted
 /// piled up in `ofi_rxm`'s unexpected list, which every later receive post
 /// scans, and 4 KiB streams ran at 0.15-0.8x the raw loop instead of 1.5x.
-const RX_BUFFERS: usize = 8;
+pub(in crate::engine) const RX_BUFFERS: usize = 8;
 /// Receive-queue entries NCCL's receives leave to control receives when bundles
 /// are on (see [`Engine::rx_reserved_for_bundles`]).
 const CTRL_ENTRIES: usize = 4;
@@ -278,7 +278,8 @@ impl Engine {
         }
     }
 
-    fn fail_conn(&mut self, conn: u64, msg: String) {
+    /// Records `msg` as the connection's failure (later requests report it).
+    pub(in crate::engine) fn fail_conn(&mut self, conn: u64, msg: String) {
         nccl_warn!("NET/OFI: {msg}");
         if let Some(c) = self.conns.get_mut(&conn) {
             c.failed.get_or_insert(msg);
@@ -287,6 +288,7 @@ impl Engine {
 
     /// A receive stopped waiting (completed by its own message, or given up).
     pub(in crate::engine) fn forget_waiter(&mut self, conn: Option<u64>, op: OpId) {
+        self.forget_offer(conn, op);
         if let Some(rx) = conn.and_then(|k| self.rx(k))
             && let Some(at) = rx.waiters.iter().position(|w| w.op == op)
         {
@@ -384,7 +386,14 @@ impl Engine {
         // SAFETY: a waiter exists only while its request holds the buffer (it is
         // forgotten when the receive completes or is given up).
         let state = unsafe { fill(w.addr as *mut u8, w.cap, bytes) };
-        let Some(s) = self.slot_mut(w.op) else { return };
+        self.forget_offer(self.slot(w.op).and_then(|s| s.conn), w.op);
+        self.withdraw(w.op, state);
+    }
+
+    /// Ends posted receive `op` with `state` (its bytes arrived another way: in a
+    /// bundle, or by a write) and withdraws its own post.
+    pub(in crate::engine) fn withdraw(&mut self, op: OpId, state: State) {
+        let Some(s) = self.slot_mut(op) else { return };
         match s.state {
             State::Posted => {
                 s.state = state;
@@ -393,12 +402,12 @@ impl Engine {
                 // SAFETY: posted on this endpoint and not completed; its completion
                 // (FI_ECANCELED) is read later and only ends the cancellation.
                 if let Err(e) = unsafe { self.ep.cancel(ctx) } {
-                    nccl_warn!("NET/OFI: withdrawing a receive filled from a bundle: {e}");
+                    nccl_warn!("NET/OFI: withdrawing a receive filled another way: {e}");
                 }
             }
             State::Backlogged => {
                 s.state = state;
-                self.backlog.remove(w.op);
+                self.backlog.remove(op);
             }
             _ => {}
         }
