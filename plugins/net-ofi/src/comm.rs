@@ -149,9 +149,9 @@ pub fn accept(l: &mut Listen) -> Result<Option<RecvComm>> {
     }
     // Writes when the sender offers them and this device takes them.
     let writes = match l.dev.writes {
-        Some(_) if msg.write_min > 0 => {
-            if let Err(err) = e.enable_write_rx(conn, comm_id, msg.reply_id, msg.write_min as usize)
-            {
+        Some((_, max)) if msg.write_min > 0 && msg.write_min as usize <= max => {
+            let sizes = (msg.write_min as usize, max);
+            if let Err(err) = e.enable_write_rx(conn, comm_id, msg.reply_id, sizes) {
                 e.close_conn(conn);
                 return Err(err.context("NET/OFI accept: taking writes"));
             }

@@ -139,15 +139,12 @@ pub fn isend(
     if !admit(&mut e, comm.conn)? {
         return Ok(None);
     }
-    let seq = comm.seqs.peek(tag);
-    if e.offer_pending(comm.conn, tag, seq, buf.len()) {
+    let seq = comm.seqs.next(tag);
+    if e.offer_missing(comm.conn, tag, seq, buf.len()) {
+        // Its offer may be in the completion queue already.
         e.progress();
-        if e.offer_pending(comm.conn, tag, seq, buf.len()) {
-            return Ok(None);
-        }
     }
     let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
-    let seq = comm.seqs.next(tag);
     let tag64 = e.layout().data(comm.comm_id, seq, tag);
     // SAFETY: NCCL keeps `buf` valid until the request completes; `desc` covers it.
     let posted = unsafe {

@@ -123,14 +123,21 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         let e = self.lock();
+        let w = crate::engine::write_counts();
         nccl_info!(
             subsys::NET,
             "NET/OFI: closing device {} ({}): {} posts waited for room in the provider's queues \
-             (-FI_EAGAIN, or entries kept for bundle receives), {} registrations left",
+             (-FI_EAGAIN, or entries kept for bundle receives), {} registrations left; this \
+             process so far: {} receives offered for writes, {} sends written ({} in range \
+             found no offer), {} writes landed",
             self.index,
             self.name,
             e.backlogged,
-            e.mrs.len()
+            e.mrs.len(),
+            w.offers,
+            w.writes,
+            w.missed,
+            w.landed
         );
     }
 }

@@ -82,14 +82,6 @@ impl TagLayout {
 pub struct Seqs(Vec<(i32, u32)>);
 
 impl Seqs {
-    /// The next sequence number for `tag`, without advancing it.
-    pub fn peek(&self, tag: i32) -> u32 {
-        self.0
-            .iter()
-            .find(|(t, _)| *t == tag)
-            .map_or(0, |(_, s)| *s)
-    }
-
     /// Returns the next sequence number for `tag` and advances it.
     pub fn next(&mut self, tag: i32) -> u32 {
         if let Some((_, s)) = self.0.iter_mut().find(|(t, _)| *t == tag) {
@@ -136,9 +128,7 @@ mod tests {
     #[test]
     fn sequences_are_per_tag() {
         let mut s = Seqs::default();
-        assert_eq!(s.peek(3), 0);
         assert_eq!(s.next(3), 0);
-        assert_eq!(s.peek(3), 1);
         assert_eq!(s.next(3), 1);
         assert_eq!(s.next(-1), 0);
         assert_eq!(s.next(3), 2);

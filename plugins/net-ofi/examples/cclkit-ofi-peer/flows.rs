@@ -266,9 +266,8 @@ pub fn post_one(l: &mut Link, buf: &mut [u8], tag: i32) -> R<Request> {
 }
 
 /// Posts one send of `buf` with `tag` on `l`'s send comm, calling `isend` again
-/// while it returns no request (as NCCL does: a send in the write range waits a
-/// moment for its receive's offer). The caller keeps `buf` alive until the
-/// request completed.
+/// while it returns no request (as NCCL does). The caller keeps `buf` alive
+/// until the request completed.
 pub fn send_one(l: &mut Link, buf: &[u8], tag: i32) -> R<Request> {
     let deadline = Instant::now() + WAIT;
     loop {

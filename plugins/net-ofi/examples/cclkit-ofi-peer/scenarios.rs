@@ -101,8 +101,8 @@ pub fn transfer(abi: Abi, sender: bool, seed: u64, rounds: usize) -> R<()> {
     ));
     let w = cclkit_net_ofi::write_counts();
     say(&format!(
-        "WRITES {} {} {} {} (written, landed, offered, waited in vain)",
-        w.writes, w.landed, w.offers, w.waited_in_vain
+        "WRITES {} {} {} {} (written, landed, offered, in range but not offered yet)",
+        w.writes, w.landed, w.offers, w.missed
     ));
     flows::close(link)
 }

@@ -11,11 +11,11 @@
 //! remote CQ data: the receive is done with len,
 //!        its tagged post is withdrawn                 else: tagged send as always
 //! ```
-//! The receiver never waits for an offer to be used: a send that finds no offer
-//! (it was posted first, or its size is out of range) is a tagged send that
-//! matches the posted receive as before, and the offer goes stale (the sender
-//! drops offers for sequence numbers it has passed). Tokens carry a generation,
-//! so a write naming a receive that already completed is refused.
+//! Nobody waits for an offer: a send that finds none (it was posted before its
+//! receive, or its size is out of range) is a tagged send that matches the
+//! posted receive as before, and the offer goes stale (the sender drops offers
+//! for sequence numbers it has passed). Tokens carry a generation, so a write
+//! naming a receive that already completed is refused.
 //!
 //! On `tcp;ofi_rxm` a write of 32-96 KiB ran 1.1-1.6x a tagged send of the
 //! same size (`docs/PERFORMANCE.md`): rxm sends those in 16 KiB segments through
@@ -24,9 +24,10 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cclkit_abi::{Result, nccl_warn};
+use cclkit_abi::raw::common::subsys;
+use cclkit_abi::{Result, nccl_info, nccl_warn};
 
 use super::{Engine, OpId, Owner, Post, State};
 use crate::mr::RmaTarget;
@@ -39,19 +40,13 @@ const CTS_BUFFERS: usize = 8;
 /// Offers a send comm keeps at most; past that the oldest goes (each costs the
 /// peer nothing: its receive completes by a tagged send instead).
 const MAX_OFFERS: usize = 1024;
-/// How long a send in the write range waits (`isend` returning no request) for
-/// its receive's offer before it goes as a tagged send: offers come for every
-/// receive that can hold it, so only a receive without a registration of this
-/// device (nothing to write into) makes it wait this long, and then the next
-/// sends do not wait until an offer comes again.
-const OFFER_WAIT: Duration = Duration::from_millis(20);
 /// Length bits in a write's CQ data.
 const LEN_BITS: u32 = 24;
 
 static OFFERS: AtomicU64 = AtomicU64::new(0);
 static WRITES: AtomicU64 = AtomicU64::new(0);
 static LANDED: AtomicU64 = AtomicU64::new(0);
-static WAITED_IN_VAIN: AtomicU64 = AtomicU64::new(0);
+static MISSED: AtomicU64 = AtomicU64::new(0);
 
 /// What the write path did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,8 +57,8 @@ pub struct WriteCounts {
     pub writes: u64,
     /// Writes that arrived into an offered receive.
     pub landed: u64,
-    /// Sends that waited for an offer in vain (then went as tagged sends).
-    pub waited_in_vain: u64,
+    /// Sends in the write range that found no offer (they went as tagged sends).
+    pub missed: u64,
 }
 
 /// This process's [`WriteCounts`] so far.
@@ -72,7 +67,7 @@ pub fn write_counts() -> WriteCounts {
         offers: OFFERS.load(Ordering::Relaxed),
         writes: WRITES.load(Ordering::Relaxed),
         landed: LANDED.load(Ordering::Relaxed),
-        waited_in_vain: WAITED_IN_VAIN.load(Ordering::Relaxed),
+        missed: MISSED.load(Ordering::Relaxed),
     }
 }
 
@@ -89,13 +84,6 @@ pub struct WriteTx {
     offers: VecDeque<Cts>,
     /// Next sequence number per NCCL tag: offers behind it are stale.
     sent: Vec<(i32, u32)>,
-    /// The send waiting for its offer (tag, sequence number), and since when.
-    waiting: Option<(i32, u32, Instant)>,
-    /// The receiver offers its receives: set at first (it said so) and by each
-    /// offer, cleared when a send waited `OFFER_WAIT` in vain. Sends wait for
-    /// offers only while set, so a peer whose receives have no registration to
-    /// write into costs one wait, not one per send.
-    expect: bool,
 }
 
 /// The receiving side of a connection that takes writes.
@@ -103,9 +91,12 @@ pub struct WriteTx {
 pub struct WriteRx {
     /// The send comm's control id for offers.
     peer_id: u16,
-    /// Smallest receive offered: the sender's smallest write (a receive of any
-    /// larger size may take a write; NCCL's receives are whole slices).
+    /// Receive sizes offered: from the sender's smallest write to this device's
+    /// largest. A receive outside could take a write only of a send much smaller
+    /// than itself; offering every large receive cost latency-bound runs through
+    /// the runtime 10-15 % (one more message per receive, nearly all unused).
     min: usize,
+    max: usize,
     tokens: Vec<Token>,
     free: Vec<u16>,
 }
@@ -166,9 +157,6 @@ impl Engine {
             range,
             offers: VecDeque::new(),
             sent: Vec::new(),
-            waiting: None,
-            // The receiver said it offers (its reply to the connect request).
-            expect: true,
         });
         self.bundle_rx_standing += CTS_BUFFERS;
         for _ in 0..CTS_BUFFERS {
@@ -178,19 +166,20 @@ impl Engine {
     }
 
     /// Makes receive connection `conn` (receive comm `comm_id`) offer its
-    /// receives of at least `min` bytes as write targets to the sender's control
+    /// receives of `min..=max` bytes as write targets to the sender's control
     /// id `peer_id`.
     pub fn enable_write_rx(
         &mut self,
         conn: u64,
         comm_id: u16,
         peer_id: u16,
-        min: usize,
+        (min, max): (usize, usize),
     ) -> Result<()> {
         let c = self.conn(conn)?;
         c.wrx = Some(WriteRx {
             peer_id,
             min,
+            max,
             tokens: Vec::new(),
             free: Vec::new(),
         });
@@ -267,7 +256,6 @@ impl Engine {
                     .iter()
                     .find(|(t, _)| *t == cts.tag)
                     .is_some_and(|&(_, next)| before(cts.seq, next));
-                w.expect = true;
                 if !stale {
                     if w.offers.len() >= MAX_OFFERS {
                         w.offers.pop_front();
@@ -286,35 +274,20 @@ impl Engine {
     }
 
     /// Whether the send of sequence number `seq` for NCCL tag `tag` (`len` bytes)
-    /// should wait for its receive's offer: it is in the write range, the offer
-    /// has not arrived, and it has waited less than `OFFER_WAIT`. The receiver
-    /// runs behind a streaming sender by about a message; waiting paces the sender
-    /// to it, as NCCL's IB transport waits for its clear-to-send.
-    pub fn offer_pending(&mut self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
-        let Some(w) = self.conns.get_mut(&conn).and_then(|c| c.wtx.as_mut()) else {
-            return false;
-        };
-        if !w.expect
-            || !(w.range.0..=w.range.1).contains(&len)
-            || w.offers.iter().any(|o| o.tag == tag && o.seq == seq)
-        {
-            return false;
-        }
-        let now = Instant::now();
-        match w.waiting {
-            Some((t, s, since)) if t == tag && s == seq => {
-                if now.duration_since(since) < OFFER_WAIT {
-                    return true;
-                }
-                WAITED_IN_VAIN.fetch_add(1, Ordering::Relaxed);
-                w.expect = false;
-                false
-            }
-            _ => {
-                w.waiting = Some((tag, seq, now));
-                true
-            }
-        }
+    /// is in the write range and its receive's offer has not been read yet:
+    /// `isend` then reads the completion queue once more before it decides.
+    /// It never waits longer: a receive posted after its send is matched by a
+    /// tagged send (rxm keeps it until then), which keeps a sender that runs
+    /// ahead of its receiver (NCCL's and the runtime's first steps) as fast as
+    /// before, where waiting for offers made sends wait a message's round trip.
+    pub fn offer_missing(&mut self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.wtx.as_ref())
+            .is_some_and(|w| {
+                (w.range.0..=w.range.1).contains(&len)
+                    && !w.offers.iter().any(|o| o.tag == tag && o.seq == seq)
+            })
     }
 
     /// The send of sequence number `seq` for NCCL tag `tag` as a write, when the
@@ -354,9 +327,11 @@ impl Engine {
             }
             false
         });
-        let Some(o) =
-            taken.filter(|o| (w.range.0..=w.range.1).contains(&len) && len <= o.cap as usize)
-        else {
+        if !(w.range.0..=w.range.1).contains(&len) {
+            return Ok(None);
+        }
+        let Some(o) = taken.filter(|o| len <= o.cap as usize) else {
+            MISSED.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         };
         let data = cq_data(w.comm_id, o.token, o.generation, len);
@@ -399,11 +374,7 @@ impl Engine {
             return Ok(());
         };
         let dest = c.peer;
-        let Some(w) = c
-            .wrx
-            .as_mut()
-            .filter(|w| cap >= w.min && cap <= u32::MAX as usize)
-        else {
+        let Some(w) = c.wrx.as_mut().filter(|w| (w.min..=w.max).contains(&cap)) else {
             return Ok(());
         };
         let token = match w.free.pop() {
@@ -459,11 +430,17 @@ impl Engine {
     /// is withdrawn.
     pub(in crate::engine) fn write_arrived(&mut self, data: u64) {
         let (comm_id, token, generation, len) = parse_cq_data(data);
+        // A comm closed (or closing) with receives in flight drops their offers;
+        // a write its peer had already started still lands (in memory NCCL
+        // deregisters before freeing, which then refuses it) and is not news.
         let Some(&conn) = self.write_rx_conns.get(&comm_id) else {
-            nccl_warn!("NET/OFI: a write arrived for unknown receive comm {comm_id}");
+            nccl_info!(
+                subsys::NET,
+                "NET/OFI: a write arrived for receive comm {comm_id}, closed since"
+            );
             return;
         };
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.closing) else {
             return;
         };
         let Some(w) = c.wrx.as_mut() else { return };
