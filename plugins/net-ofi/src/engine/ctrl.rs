@@ -64,21 +64,43 @@ impl Engine {
 
     /// Posts a receive for a control message of `kind` to `id` into an owned buffer.
     pub fn recv_ctrl(&mut self, kind: Ctrl, id: u16, len: usize) -> Result<OpId> {
-        let bytes = vec![0u8; len].into_boxed_slice();
-        let (buf, blen) = (bytes.as_ptr() as usize, bytes.len());
-        let op = self.alloc(Owner::Caller, true, None, Some(bytes));
-        let desc = self.ctrl_desc(op, buf, blen)?;
         let tag = self.layout.ctrl(kind, id);
+        let bytes = vec![0u8; len].into_boxed_slice();
+        self.recv_owned(Owner::Caller, None, bytes, tag, 0)
+    }
+
+    /// Posts a receive into `bytes`, which the slot owns until it is released;
+    /// the counterpart of [`Engine::send_owned`].
+    pub(super) fn recv_owned(
+        &mut self,
+        owner: Owner,
+        conn: Option<u64>,
+        bytes: Box<[u8]>,
+        tag: u64,
+        ignore: u64,
+    ) -> Result<OpId> {
+        let (buf, len) = (bytes.as_ptr() as usize, bytes.len());
+        let op = self.alloc(owner, true, conn, Some(bytes));
+        let desc = self.ctrl_desc(op, buf, len)?;
         self.submit(
             op,
             Post::Recv {
                 buf,
-                len: blen,
+                len,
                 desc,
                 tag,
-                ignore: 0,
+                ignore,
             },
         )
+    }
+
+    /// Takes the connection and buffer of completed owned receive `idx` and frees
+    /// its slot; `None` when it had either no connection or no buffer.
+    pub(super) fn take_owned(&mut self, idx: u32) -> Option<(u64, Box<[u8]>)> {
+        let s = &mut self.slots[idx as usize];
+        let (conn, buf) = (s.conn, s.buf.take());
+        self.release(idx);
+        conn.zip(buf)
     }
 
     /// Descriptor for a control buffer owned by slot `op` (FI_MR_LOCAL providers
@@ -112,20 +134,8 @@ impl Engine {
 
     pub(super) fn post_ping_sink(&mut self) -> Result<()> {
         let bytes = vec![0u8; PING_SINK_LEN].into_boxed_slice();
-        let (buf, len) = (bytes.as_ptr() as usize, bytes.len());
-        let op = self.alloc(Owner::PingSink, true, None, Some(bytes));
-        let desc = self.ctrl_desc(op, buf, len)?;
         let tag = self.layout.ctrl(Ctrl::Ping, 0);
-        self.submit(
-            op,
-            Post::Recv {
-                buf,
-                len,
-                desc,
-                tag,
-                ignore: TagLayout::any_id(),
-            },
-        )
-        .map(drop)
+        self.recv_owned(Owner::PingSink, None, bytes, tag, TagLayout::any_id())
+            .map(drop)
     }
 }

@@ -210,17 +210,9 @@ impl Engine {
         else {
             return Ok(());
         };
-        let (ptr, len) = (buf.as_ptr() as usize, buf.len());
-        let op = self.alloc(Owner::CtsRx, true, Some(conn), Some(buf));
-        let desc = self.ctrl_desc(op, ptr, len)?;
-        let post = Post::Recv {
-            buf: ptr,
-            len,
-            desc,
-            tag: self.layout.ctrl(Ctrl::Cts, cts_id),
-            ignore: 0,
-        };
-        self.submit(op, post).map(drop)
+        let tag = self.layout.ctrl(Ctrl::Cts, cts_id);
+        self.recv_owned(Owner::CtsRx, Some(conn), buf, tag, 0)
+            .map(drop)
     }
 
     /// An offer receive completed: keeps the offer unless its send already went,
@@ -230,10 +222,7 @@ impl Engine {
         idx: u32,
         got: std::result::Result<usize, String>,
     ) {
-        let s = &mut self.slots[idx as usize];
-        let (conn, buf) = (s.conn, s.buf.take());
-        self.release(idx);
-        let (Some(conn), Some(buf)) = (conn, buf) else {
+        let Some((conn, buf)) = self.take_owned(idx) else {
             return;
         };
         let n = match got {

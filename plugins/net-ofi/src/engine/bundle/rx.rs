@@ -303,10 +303,7 @@ impl Engine {
         idx: u32,
         got: std::result::Result<usize, String>,
     ) {
-        let s = &mut self.slots[idx as usize];
-        let (conn, buf) = (s.conn, s.buf.take());
-        self.release(idx);
-        let (Some(conn), Some(buf)) = (conn, buf) else {
+        let Some((conn, buf)) = self.take_owned(idx) else {
             return;
         };
         let Some(c) = self.conns.get(&conn).filter(|c| !c.closing) else {
