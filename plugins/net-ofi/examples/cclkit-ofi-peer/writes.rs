@@ -77,14 +77,22 @@ fn one(
     let mut r = unsafe { l.recv.irecv(&[spec], false) }
         .map_err(err)?
         .ok_or("irecv not accepted")?;
-    // Progress (both comms share this process's endpoint) until the offer, if
-    // any, has reached the send comm: the send then finds it (a send posted
-    // before its offer arrives goes tagged, by design).
-    for _ in 0..100 {
+    // Progress (both comms share this process's endpoint) until the offer has
+    // reached the send comm, so that the send finds it (a send posted before its
+    // offer arrives goes tagged, by design); an unregistered receive gets none.
+    let deadline = std::time::Instant::now() + flows::WAIT;
+    let mut spins = 0;
+    while if registered {
+        write_counts().arrived == before.arrived
+    } else {
+        spins < 50
+    } {
         if Side::Recv(&mut l.recv).test(&mut r)?.is_some() {
             return Err("the receive completed before anything was sent".into());
         }
+        check_deadline(deadline, "the receive's offer to reach the send comm")?;
         std::thread::sleep(std::time::Duration::from_micros(200));
+        spins += 1;
     }
     let s = send(l, &sbuf, &smr)?;
     wait(Side::Send(&mut l.send), s)?;
@@ -104,6 +112,7 @@ fn one(
         writes: now.writes - before.writes,
         landed: now.landed - before.landed,
         missed: now.missed - before.missed,
+        arrived: now.arrived - before.arrived,
     };
     expect(&delta).map_err(|m| format!("{len} bytes into {cap}: {m} ({delta:?})"))?;
     if let Some(m) = rmr {

@@ -47,6 +47,7 @@ static OFFERS: AtomicU64 = AtomicU64::new(0);
 static WRITES: AtomicU64 = AtomicU64::new(0);
 static LANDED: AtomicU64 = AtomicU64::new(0);
 static MISSED: AtomicU64 = AtomicU64::new(0);
+static ARRIVED: AtomicU64 = AtomicU64::new(0);
 
 /// What the write path did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,6 +60,8 @@ pub struct WriteCounts {
     pub landed: u64,
     /// Sends in the write range that found no offer (they went as tagged sends).
     pub missed: u64,
+    /// Offers read by send comms (used, stale or not).
+    pub arrived: u64,
 }
 
 /// This process's [`WriteCounts`] so far.
@@ -68,6 +71,7 @@ pub fn write_counts() -> WriteCounts {
         writes: WRITES.load(Ordering::Relaxed),
         landed: LANDED.load(Ordering::Relaxed),
         missed: MISSED.load(Ordering::Relaxed),
+        arrived: ARRIVED.load(Ordering::Relaxed),
     }
 }
 
@@ -240,6 +244,7 @@ impl Engine {
         };
         match Cts::decode(&buf[..n.min(buf.len())]) {
             Some(cts) => {
+                ARRIVED.fetch_add(1, Ordering::Relaxed);
                 let stale = w
                     .sent
                     .iter()
