@@ -39,6 +39,9 @@ pub struct SendComm {
     pub comm_id: u16,
     /// Per-tag sequence numbers.
     pub seqs: Seqs,
+    /// The receiver offers write targets (`engine/write.rs`): only then does a
+    /// send look for an offer.
+    pub writes: bool,
 }
 
 /// The receiving side of a connection.
@@ -248,7 +251,8 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
         dev.bundle_bytes.min(reply.bundle_bytes),
     );
     let mut pending = pending;
-    if let Some(range) = dev.writes.filter(|_| reply.writes && pending.write_offered) {
+    let writes = dev.writes.filter(|_| reply.writes && pending.write_offered);
+    if let Some(range) = writes {
         // The connection owns the id from here (freed when it retires).
         pending.id_kept = true;
         if let Err(err) = e.enable_write_tx(conn, pending.reply_id, reply.comm_id, range) {
@@ -265,6 +269,7 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
         conn,
         comm_id: reply.comm_id,
         seqs: Seqs::default(),
+        writes: writes.is_some(),
     }))
 }
 

@@ -139,16 +139,23 @@ pub fn isend(
     if !admit(&mut e, comm.conn)? {
         return Ok(None);
     }
+    let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
+    // Taken only once the send will be posted (or fail for good): a number
+    // skipped here would pair every later send with the wrong receive.
     let seq = comm.seqs.next(tag);
-    if e.offer_missing(comm.conn, tag, seq, buf.len()) {
+    if comm.writes && e.offer_missing(comm.conn, tag, seq, buf.len()) {
         // Its offer may be in the completion queue already.
         e.progress();
     }
-    let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
     let tag64 = e.layout().data(comm.comm_id, seq, tag);
     // SAFETY: NCCL keeps `buf` valid until the request completes; `desc` covers it.
     let posted = unsafe {
-        match e.write_data(comm.conn, tag, seq, buf.as_ptr(), buf.len(), desc) {
+        let written = if comm.writes {
+            e.write_data(comm.conn, tag, seq, buf.as_ptr(), buf.len(), desc)
+        } else {
+            Ok(None)
+        };
+        match written {
             Ok(Some(op)) => Ok(op),
             Ok(None) => e.send_data(comm.conn, buf.as_ptr(), buf.len(), desc, tag64),
             Err(err) => Err(err),

@@ -196,6 +196,19 @@ fn loopback(provider: &str, abi: &str, truncate: bool) {
     p.finish(Duration::from_secs(60));
 }
 
+/// The write path on shm, forced on with tcp's default range: its addresses are
+/// virtual addresses (`FI_MR_VIRT_ADDR`), where tcp's are offsets.
+#[test]
+fn shm_loopback_writes() {
+    let seed = rand::random::<u32>().to_string();
+    let mut env = provider_env("shm");
+    env.push(("CCLKIT_OFI_WRITE_BYTES", "16385-131071".to_owned()));
+    let args = ["loopback", "12", &seed, "writes"];
+    let mut p = Peer::spawn("loopback", &args, &env);
+    p.expect("WRITES ok", Duration::from_secs(60));
+    p.finish(Duration::from_secs(60));
+}
+
 #[test]
 fn tcp_loopback_threads_truncation_and_close_in_flight() {
     loopback("tcp;ofi_rxm", "12", true);
