@@ -35,6 +35,7 @@ pub fn record_bytes(len: usize) -> usize {
 /// A bundle being filled, in a buffer of fixed capacity.
 pub struct Writer {
     buf: Box<[u8]>,
+    limit: usize,
     used: usize,
     records: usize,
 }
@@ -42,7 +43,15 @@ pub struct Writer {
 impl Writer {
     /// An empty bundle over `buf` (its capacity is the bundle's limit).
     pub fn new(buf: Box<[u8]>) -> Self {
+        let limit = buf.len();
+        Self::with_limit(buf, limit)
+    }
+
+    /// An empty bundle over `buf` that holds at most `limit` bytes (a buffer
+    /// kept for larger bundles can carry a smaller one).
+    pub fn with_limit(buf: Box<[u8]>, limit: usize) -> Self {
         Self {
+            limit: limit.min(buf.len()),
             buf,
             used: HEADER,
             records: 0,
@@ -51,7 +60,12 @@ impl Writer {
 
     /// Whether a record of `len` bytes still fits.
     pub fn fits(&self, len: usize) -> bool {
-        self.records < MAX_RECORDS && self.used + record_bytes(len) <= self.buf.len()
+        self.records < MAX_RECORDS && self.used + record_bytes(len) <= self.limit
+    }
+
+    /// Bytes used so far (header included).
+    pub fn used(&self) -> usize {
+        self.used
     }
 
     /// Records so far.
@@ -188,6 +202,14 @@ mod tests {
         w.push(1, &[5; 100]);
         assert!(!w.fits(0));
         assert_eq!(w.records(), 1);
+        // A limit below the buffer's size binds; one above it does not.
+        let mut w = Writer::with_limit(vec![0; 4096].into_boxed_slice(), HEADER + record_bytes(24));
+        assert!(w.fits(24) && !w.fits(25 + 8));
+        w.push(3, &[1; 21]);
+        assert_eq!(w.used(), HEADER + record_bytes(21));
+        assert!(!w.fits(0));
+        let w = Writer::with_limit(vec![0; 64].into_boxed_slice(), 1 << 20);
+        assert!(w.fits(64 - HEADER - RECORD) && !w.fits(64 - HEADER - RECORD + 1));
     }
 
     #[test]

@@ -173,6 +173,13 @@ pub fn accept(l: &mut Listen) -> Result<Option<RecvComm>> {
         e.close_conn(conn);
         return Err(err.context("NET/OFI accept: reply to the connecting peer"));
     }
+    // Bundle slots (`engine/slots.rs`) for a sender that bundles and writes; the
+    // connection works without them.
+    if msg.slots && writes && bundle_bytes > 0 && l.dev.slots {
+        if let Err(err) = e.enable_slots_rx(conn) {
+            nccl_warn!("NET/OFI accept: no bundle slots for this connection: {err}");
+        }
+    }
     drop(e);
     Ok(Some(RecvComm {
         dev: Arc::clone(&l.dev),
@@ -259,6 +266,8 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
             e.close_conn(conn);
             return Err(err.context("NET/OFI connect: posting clear-to-write receives"));
         }
+        // Slot bundles take the sends below the write range (one eager message).
+        e.enable_slot_tx(conn, range.0.saturating_sub(1));
     }
     drop(e);
     // `pending` drops here, returning its control id unless the connection
@@ -305,6 +314,8 @@ fn start(dev: &Arc<Device>, handle: &NetHandle) -> Result<Box<PendingConnect>> {
         proc_id: e.me(),
         addr: dev.addr.clone(),
         write_min,
+        // A sender that bundles fills the receiver's bundle slots too.
+        slots: write_min > 0 && dev.slots,
     };
     let request = msg
         .encode()

@@ -11,6 +11,7 @@
 //! | `CCLKIT_OFI_MR_CACHE` | 1 | 0 disables the registration cache |
 //! | `CCLKIT_OFI_GDR` | 1 | 0 reports host memory only even when the provider has `FI_HMEM` (escape hatch for a libfabric built without CUDA support) |
 //! | `CCLKIT_OFI_WRITE_BYTES` | on `ofi_rxm` stacks: sizes between its eager and SAR limits | `MIN-MAX` (bytes): sends in that range go as RMA writes into the receive buffer (README "Writes"); `0` = off |
+//! | `CCLKIT_OFI_BUNDLE_SLOTS` | 1 | 0: bundles stay within one eager message (no bundle slots, README "Bundle slots"); slots need bundles and writes |
 //! | `CCLKIT_OFI_REGISTER_HOST` | 0 | 1 registers host memory even when the provider does not need it (as if `FI_MR_LOCAL`; exercises EFA's registration path on tcp/shm) |
 //!
 //! `FI_PROVIDER`, `FI_TCP_IFACE`, `FI_LOG_LEVEL`, … are read by libfabric itself.
@@ -51,6 +52,9 @@ pub struct Config {
     pub write: Option<Option<(usize, usize)>>,
     /// `FI_OFI_RXM_EAGER_LIMIT` and `FI_OFI_RXM_SAR_LIMIT` when set to numbers.
     pub rxm_limits: (Option<usize>, Option<usize>),
+    /// Bundles may outgrow one eager message into the receiver's slots
+    /// (`CCLKIT_OFI_BUNDLE_SLOTS`).
+    pub bundle_slots: bool,
 }
 
 /// Largest write: its length travels in 24 bits of the remote CQ data
@@ -142,6 +146,7 @@ impl Config {
         let liveness_proc = flag("CCLKIT_OFI_LIVENESS_PROC", true)?;
         let register_host = flag("CCLKIT_OFI_REGISTER_HOST", false)?;
         let gdr = flag("CCLKIT_OFI_GDR", true)?;
+        let bundle_slots = flag("CCLKIT_OFI_BUNDLE_SLOTS", true)?;
         let bundle_bytes = match get("CCLKIT_OFI_BUNDLE_BYTES") {
             Some(v) if v.trim() == "0" => Some(0),
             Some(v) => Some(number("CCLKIT_OFI_BUNDLE_BYTES", &v, 1024..=(4 << 20))? as usize),
@@ -173,6 +178,7 @@ impl Config {
                 limit("FI_OFI_RXM_EAGER_LIMIT"),
                 limit("FI_OFI_RXM_SAR_LIMIT"),
             ),
+            bundle_slots,
         })
     }
 
@@ -253,6 +259,7 @@ mod tests {
         assert!(c.liveness_proc);
         assert!(!c.register_host);
         assert!(c.gdr);
+        assert!(c.bundle_slots);
         assert_eq!(c.bundle_bytes, None);
         assert!(c.bundle_bytes_for("tcp;ofi_rxm") >= 1024);
         assert_eq!(c.bundle_bytes_for("shm"), 0);
@@ -327,6 +334,13 @@ mod tests {
         assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "9")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "0")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_MR_CACHE", "yes")]).is_err());
+        let e = cfg(&[("CCLKIT_OFI_BUNDLE_SLOTS", "2")]).unwrap_err();
+        assert!(e.message().contains("CCLKIT_OFI_BUNDLE_SLOTS"), "{e}");
+        assert!(
+            !cfg(&[("CCLKIT_OFI_BUNDLE_SLOTS", "0")])
+                .unwrap()
+                .bundle_slots
+        );
         assert!(
             !cfg(&[("CCLKIT_OFI_LIVENESS_PROC", "0")])
                 .unwrap()

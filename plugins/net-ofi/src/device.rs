@@ -30,6 +30,9 @@ pub struct Device {
     pub bundle_bytes: usize,
     /// Sizes this device's sends go as RMA writes (`engine/write.rs`); `None` = none.
     pub writes: Option<(usize, usize)>,
+    /// Bundles larger than one eager message go into the receiver's bundle slots
+    /// (`engine/slots.rs`): needs bundles and writes.
+    pub slots: bool,
     engine: Mutex<Engine>,
 }
 
@@ -83,10 +86,11 @@ impl Device {
             liveness,
         )?;
         engine.set_bundle_rx_budget(desc.rx_size);
+        let slots = cfg.bundle_slots && bundle_bytes > 0 && writes.is_some();
         nccl_info!(
             subsys::NET | subsys::INIT,
             "NET/OFI: opened device {index} ({provider} {}), address {} bytes, mr_mode {:#x}, \
-             receive queue {}, bundles {}, writes {}",
+             receive queue {}, bundles {}{}, writes {}",
             desc.name,
             addr.len(),
             desc.mr_mode,
@@ -95,6 +99,11 @@ impl Device {
                 format!("of up to {bundle_bytes} bytes")
             } else {
                 "off".to_owned()
+            },
+            if slots {
+                " (into slots beyond that)"
+            } else {
+                ""
             },
             match writes {
                 Some((lo, hi)) => format!("for sends of {lo}-{hi} bytes"),
@@ -109,6 +118,7 @@ impl Device {
             max_recvs: cfg.max_recvs,
             bundle_bytes,
             writes,
+            slots,
             engine: Mutex::new(engine),
         }))
     }
@@ -124,12 +134,14 @@ impl Drop for Device {
     fn drop(&mut self) {
         let e = self.lock();
         let w = crate::engine::write_counts();
+        let b = crate::engine::bundle_counts();
         nccl_info!(
             subsys::NET,
             "NET/OFI: closing device {} ({}): {} posts waited for room in the provider's queues \
              (-FI_EAGAIN, or entries kept for bundle receives), {} registrations left; this \
              process so far: {} receives offered for writes, {} sends written ({} in range \
-             found no offer), {} writes landed",
+             found no offer), {} writes landed; {} sends in {} bundles ({} into slots, {} \
+             overdue), {} sends alone for want of a slot",
             self.index,
             self.name,
             e.backlogged,
@@ -137,7 +149,12 @@ impl Drop for Device {
             w.offers,
             w.writes,
             w.missed,
-            w.landed
+            w.landed,
+            b.records,
+            b.bundles,
+            b.written,
+            b.overdue,
+            b.singles
         );
     }
 }

@@ -76,7 +76,8 @@ pub struct MrCache {
     remote_write: bool,
 }
 
-fn page_size() -> usize {
+/// The system's page size (4096 if it cannot be read).
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(p)

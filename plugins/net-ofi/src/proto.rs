@@ -112,7 +112,13 @@ pub struct ConnectMsg {
     /// receiver offers receives of at least this size as write targets, to
     /// `reply_id`. 0 = no writes.
     pub write_min: u32,
+    /// The connecting side takes bundle slots (`engine/slots.rs`) with its
+    /// writes: the top bit of the write field.
+    pub slots: bool,
 }
+
+/// Top bit of the connect request's write field: the sender takes bundle slots.
+const CONNECT_SLOTS: u32 = 1 << 31;
 
 impl ConnectMsg {
     /// Encodes into a `CONNECT_LEN` buffer.
@@ -130,7 +136,10 @@ impl ConnectMsg {
         b[18..20].copy_from_slice(&(self.addr.len() as u16).to_le_bytes());
         b[20..48].copy_from_slice(&self.proc_id.encode());
         b[48..48 + self.addr.len()].copy_from_slice(&self.addr);
-        b[CONNECT_WRITE_AT..CONNECT_WRITE_AT + 4].copy_from_slice(&self.write_min.to_le_bytes());
+        b[CONNECT_WRITE_AT..CONNECT_WRITE_AT + 4].copy_from_slice(
+            &(self.write_min & !CONNECT_SLOTS | if self.slots { CONNECT_SLOTS } else { 0 })
+                .to_le_bytes(),
+        );
         Ok(b)
     }
 
@@ -143,16 +152,18 @@ impl ConnectMsg {
         if len == 0 || len > CONNECT_ADDR_MAX || b.len() < 48 + len {
             return None;
         }
+        let write = if b.len() >= CONNECT_LEN {
+            u32_at(b, CONNECT_WRITE_AT)
+        } else {
+            0
+        };
         Some(Self {
             nonce: u64_at(b, 8),
             reply_id: u16_at(b, 16),
             proc_id: proc_at(b, 20),
             addr: b[48..48 + len].to_vec(),
-            write_min: if b.len() >= CONNECT_LEN {
-                u32_at(b, CONNECT_WRITE_AT)
-            } else {
-                0
-            },
+            write_min: write & !CONNECT_SLOTS,
+            slots: write & CONNECT_SLOTS != 0,
         })
     }
 }
@@ -226,6 +237,9 @@ pub struct Cts {
     pub key: u64,
     /// RMA address of the buffer (see `mr::RmaTarget`).
     pub addr: u64,
+    /// A standing bundle slot (`engine/slots.rs`), not one receive: `seq` and
+    /// `tag` are unused.
+    pub slot: bool,
 }
 
 const CTS_MAGIC: u16 = 0xc75a;
@@ -239,6 +253,7 @@ impl Cts {
         b[0..2].copy_from_slice(&CTS_MAGIC.to_le_bytes());
         b[2..4].copy_from_slice(&self.token.to_le_bytes());
         b[4] = self.generation;
+        b[5] = u8::from(self.slot);
         b[8..12].copy_from_slice(&self.seq.to_le_bytes());
         b[12..16].copy_from_slice(&self.tag.to_le_bytes());
         b[16..20].copy_from_slice(&self.cap.to_le_bytes());
@@ -260,6 +275,7 @@ impl Cts {
             cap: u32_at(b, 16),
             key: u64_at(b, 20),
             addr: u64_at(b, 28),
+            slot: b[5] & 1 != 0,
         })
     }
 }
@@ -302,10 +318,26 @@ mod tests {
             proc_id: ProcId::current(),
             addr: vec![9; 100],
             write_min: 16385,
+            slots: false,
         };
         let b = c.encode().unwrap();
         assert_eq!(b.len(), CONNECT_LEN);
         assert_eq!(ConnectMsg::decode(&b), Some(c.clone()));
+        let s = ConnectMsg {
+            slots: true,
+            ..c.clone()
+        };
+        let sb = s.encode().unwrap();
+        assert_eq!(ConnectMsg::decode(&sb), Some(s));
+        assert_eq!(
+            u32::from_le_bytes(
+                sb[CONNECT_WRITE_AT..CONNECT_WRITE_AT + 4]
+                    .try_into()
+                    .unwrap()
+            ),
+            16385 | 1 << 31,
+            "the slots flag is the write field's top bit"
+        );
         // A request from a peer without writes (zeros after the address) offers none.
         let mut old = b.clone();
         old[CONNECT_WRITE_AT..].fill(0);
@@ -346,10 +378,14 @@ mod tests {
             cap: 131_071,
             key: 0xdead_beef_0000_0042,
             addr: 0x7fff_1234_5678,
+            slot: false,
         };
         let b = c.encode();
         assert_eq!(b.len(), CTS_LEN);
         assert_eq!(Cts::decode(&b), Some(c));
+        let s = Cts { slot: true, ..c };
+        assert_eq!(Cts::decode(&s.encode()), Some(s));
+        assert_eq!(s.encode()[5], 1, "the slot flag's byte");
         assert_eq!(Cts::decode(&b[..CTS_LEN - 1]), None);
         let mut bad = b.clone();
         bad[0] ^= 1;

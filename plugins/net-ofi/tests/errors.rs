@@ -190,6 +190,7 @@ fn loopback(provider: &str, abi: &str, truncate: bool) {
     if truncate {
         p.expect("BUNDLE TRUNCATED", Duration::from_secs(60));
         p.expect("BUNDLES ok", Duration::from_secs(60));
+        p.expect("SLOTS ok", Duration::from_secs(60));
         p.expect("WRITES ok", Duration::from_secs(60));
         p.expect("TRUNCATED", Duration::from_secs(60));
     }
@@ -205,6 +206,22 @@ fn shm_loopback_writes() {
     env.push(("CCLKIT_OFI_WRITE_BYTES", "16385-131071".to_owned()));
     let args = ["loopback", "12", &seed, "writes"];
     let mut p = Peer::spawn("loopback", &args, &env);
+    p.expect("WRITES ok", Duration::from_secs(60));
+    p.finish(Duration::from_secs(60));
+}
+
+/// Bundle slots on shm, with bundles and writes forced on (both are off there
+/// by default): slot addresses are virtual addresses, as on the write path.
+#[test]
+fn shm_loopback_slots() {
+    let seed = rand::random::<u32>().to_string();
+    let mut env = provider_env("shm");
+    env.push(("CCLKIT_OFI_WRITE_BYTES", "16385-131071".to_owned()));
+    env.push(("CCLKIT_OFI_BUNDLE_BYTES", "16128".to_owned()));
+    let args = ["loopback", "12", &seed, "bundles", "writes"];
+    let mut p = Peer::spawn("loopback", &args, &env);
+    p.expect("BUNDLES ok", Duration::from_secs(60));
+    p.expect("SLOTS ok", Duration::from_secs(60));
     p.expect("WRITES ok", Duration::from_secs(60));
     p.finish(Duration::from_secs(60));
 }

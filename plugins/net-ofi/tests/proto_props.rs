@@ -52,7 +52,8 @@ fn valid_messages_round_trip() {
             reply_id: rng.next() as u16,
             proc_id: proc_id(&mut rng),
             addr: addr(&mut rng, CONNECT_ADDR_MAX),
-            write_min: rng.next() as u32,
+            write_min: rng.next() as u32 & 0x7fff_ffff,
+            slots: rng.next() & 1 == 1,
         };
         let bytes = c.encode().unwrap_or_default();
         assert_eq!(bytes.len(), CONNECT_LEN);
@@ -73,6 +74,7 @@ fn valid_messages_round_trip() {
             cap: rng.next() as u32,
             key: rng.next(),
             addr: rng.next(),
+            slot: rng.next() & 1 == 1,
         };
         assert_eq!(Cts::decode(&w.encode()), Some(w), "case {case}");
     }
@@ -94,6 +96,7 @@ fn oversized_addresses_are_refused_on_the_way_out() {
         proc_id: ProcId::decode(&[0; PROC_ID_LEN]),
         addr: vec![1; CONNECT_ADDR_MAX + 1],
         write_min: 0,
+        slots: false,
     };
     assert!(c.encode().is_err());
 }
@@ -162,6 +165,7 @@ fn arbitrary_connect_and_accept_bytes_never_panic() {
                 proc_id: ProcId::decode(&[0; PROC_ID_LEN]),
                 addr: vec![0],
                 write_min: 0,
+                slots: false,
             };
             let valid = c.encode().unwrap_or_default();
             b[..8].copy_from_slice(&valid[..8]);

@@ -67,6 +67,23 @@ fn transfer_with(
     } else if !all_written {
         assert!(bundled > 0, "no send was bundled: {sent}");
     }
+    // Bundle slots (src/engine/slots.rs) need bundles and writes; a sender
+    // whose receiver offers none never waits for one (no sends alone).
+    let slots = s.expect("SLOTS ", t);
+    let slot_counts: Vec<u64> = slots
+        .split_whitespace()
+        .take(2)
+        .map(|n| n.parse().unwrap_or_else(|_| panic!("unreadable: {slots}")))
+        .collect();
+    let writes_off = extra
+        .iter()
+        .any(|(k, v)| *k == "CCLKIT_OFI_WRITE_BYTES" && *v == "0");
+    let slots_off = extra
+        .iter()
+        .any(|(k, v)| *k == "CCLKIT_OFI_BUNDLE_SLOTS" && *v == "0");
+    if off || writes_off || slots_off || provider == "shm" {
+        assert_eq!(slot_counts, [0, 0], "slots used while off: {slots}");
+    }
     // Writes (src/engine/write.rs): on by default over tcp;ofi_rxm for sizes
     // between its eager and SAR limits (the 64 KiB + 3 messages), off on shm and
     // when set to 0. Every write the sender made landed in an offered receive.
@@ -151,6 +168,17 @@ fn tcp_v12_every_size_written() {
 }
 
 /// Writes off: every send is a tagged message, and no receive is offered.
+/// Bundles stay within one eager message.
+#[test]
+fn tcp_v12_without_slots() {
+    transfer_with(
+        "tcp;ofi_rxm",
+        "12",
+        &[("CCLKIT_OFI_BUNDLE_SLOTS", "0")],
+        None,
+    );
+}
+
 #[test]
 fn tcp_v8_without_writes() {
     transfer_with("tcp;ofi_rxm", "8", &[("CCLKIT_OFI_WRITE_BYTES", "0")], None);

@@ -27,6 +27,7 @@ mod net;
 mod pattern;
 mod quiet;
 mod scenarios;
+mod slots;
 mod stream;
 mod writes;
 

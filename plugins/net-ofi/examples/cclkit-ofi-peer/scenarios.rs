@@ -99,6 +99,10 @@ pub fn transfer(abi: Abi, sender: bool, seed: u64, rounds: usize) -> R<()> {
         "BUNDLED {} sends in {} bundles, {} early",
         b.records, b.bundles, b.early
     ));
+    say(&format!(
+        "SLOTS {} {} (bundles written into slots, sends alone for want of a slot)",
+        b.written, b.singles
+    ));
     let w = cclkit_net_ofi::write_counts();
     say(&format!(
         "WRITES {} {} {} {} (written, landed, offered, in range but not offered yet)",
@@ -134,6 +138,11 @@ pub fn loopback(abi: Abi, seed: u64, truncate: bool, bundles: bool, writes: bool
     // Before the truncation, which breaks a tcp connection for good.
     if bundles {
         crate::bundles::check(&mut l, seed)?;
+    }
+    // Bundles larger than a tagged one go into the receiver's slots, which
+    // need both.
+    if bundles && writes {
+        crate::slots::check(&mut l, seed)?;
     }
     if writes {
         crate::writes::check(&mut l, seed)?;

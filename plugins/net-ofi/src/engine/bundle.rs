@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 mod rx;
 mod tx;
 
-pub(in crate::engine) use rx::RX_BUFFERS;
 pub use rx::Rx;
+pub(in crate::engine) use rx::{BundleBuf, RX_BUFFERS};
 pub use tx::Tx;
 
 static BUNDLES: AtomicU64 = AtomicU64::new(0);
@@ -18,6 +18,7 @@ static EARLY: AtomicU64 = AtomicU64::new(0);
 static OVERDUE: AtomicU64 = AtomicU64::new(0);
 static DEFERRED: AtomicU64 = AtomicU64::new(0);
 static REPOSTED: AtomicU64 = AtomicU64::new(0);
+static SINGLES: AtomicU64 = AtomicU64::new(0);
 
 /// What bundling did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,6 +27,17 @@ pub struct BundleCounts {
     pub bundles: u64,
     /// Sends they carried.
     pub records: u64,
+    /// Bundles among them written into the receiver's bundle slots
+    /// (`engine/slots.rs`): those larger than one eager message.
+    pub written: u64,
+    /// Sends queued in a bundle that outgrew a tagged one and found no slot
+    /// within the time bound: each went as its own message.
+    pub singles: u64,
+    /// Slot offers receive comms made (each slot at connect, and again each
+    /// time its bundle was delivered).
+    pub slot_offers: u64,
+    /// Slot offers send comms read.
+    pub slot_offers_read: u64,
     /// Records received before their receive was posted (kept until it was).
     pub early: u64,
     /// Open bundles that went out on their time bound (200 µs) while sends were
@@ -42,9 +54,14 @@ pub struct BundleCounts {
 
 /// This process's [`BundleCounts`] so far.
 pub fn bundle_counts() -> BundleCounts {
+    let (written, slot_offers, slot_offers_read) = super::slots::slot_counts();
     BundleCounts {
         bundles: BUNDLES.load(Ordering::Relaxed),
         records: RECORDS.load(Ordering::Relaxed),
+        written,
+        singles: SINGLES.load(Ordering::Relaxed),
+        slot_offers,
+        slot_offers_read,
         early: EARLY.load(Ordering::Relaxed),
         overdue: OVERDUE.load(Ordering::Relaxed),
         deferred: DEFERRED.load(Ordering::Relaxed),

@@ -28,6 +28,7 @@ mod bundle;
 mod conns;
 mod ctrl;
 mod progress;
+mod slots;
 mod write;
 
 pub use bundle::{BundleCounts, bundle_counts};

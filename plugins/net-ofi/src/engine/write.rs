@@ -29,6 +29,7 @@ use std::time::Instant;
 use cclkit_abi::raw::common::subsys;
 use cclkit_abi::{Result, nccl_info, nccl_warn};
 
+use super::slots::{SLOT_TOKEN0, SlotsRx};
 use super::{Engine, OpId, Owner, Post, State};
 use crate::mr::RmaTarget;
 use crate::proto::{CTS_LEN, Cts};
@@ -94,7 +95,7 @@ pub struct WriteTx {
 #[derive(Debug)]
 pub struct WriteRx {
     /// The send comm's control id for offers.
-    peer_id: u16,
+    pub(in crate::engine) peer_id: u16,
     /// Receive sizes offered: from the sender's smallest write to this device's
     /// largest. A receive outside could take a write only of a send much smaller
     /// than itself; offering every large receive cost latency-bound runs through
@@ -103,6 +104,8 @@ pub struct WriteRx {
     max: usize,
     tokens: Vec<Token>,
     free: Vec<u16>,
+    /// Standing bundle slots (`slots.rs`), when the sender takes them.
+    pub(in crate::engine) slots: Option<SlotsRx>,
 }
 
 #[derive(Debug, Default)]
@@ -113,7 +116,7 @@ struct Token {
 }
 
 /// A write's CQ data: comm id (16) | token (16) | generation (8) | length (24).
-fn cq_data(comm_id: u16, token: u16, generation: u8, len: usize) -> u64 {
+pub(in crate::engine) fn cq_data(comm_id: u16, token: u16, generation: u8, len: usize) -> u64 {
     (u64::from(comm_id) << 48)
         | (u64::from(token) << 32)
         | (u64::from(generation) << LEN_BITS)
@@ -186,13 +189,19 @@ impl Engine {
             max,
             tokens: Vec::new(),
             free: Vec::new(),
+            slots: None,
         });
         self.write_rx_conns.insert(comm_id, conn);
         Ok(())
     }
 
-    /// A retiring connection gives back its offer receives' budget and control id.
+    /// A retiring connection gives back its offer receives' budget and control
+    /// id, and closes its slots' registration (before the slots' memory goes
+    /// with the connection).
     pub(in crate::engine) fn write_retired(&mut self, conn: &super::Conn) {
+        if let Some(s) = conn.wrx.as_ref().and_then(|w| w.slots.as_ref()) {
+            self.mrs.release(s.mr());
+        }
         if let Some(w) = &conn.wtx {
             self.bundle_rx_standing = self.bundle_rx_standing.saturating_sub(CTS_BUFFERS);
             self.ctrl_ids.free(w.cts_id);
@@ -243,6 +252,10 @@ impl Engine {
             return;
         };
         match Cts::decode(&buf[..n.min(buf.len())]) {
+            Some(cts) if cts.slot => {
+                ARRIVED.fetch_add(1, Ordering::Relaxed);
+                self.slot_offered(conn, cts);
+            }
             Some(cts) => {
                 ARRIVED.fetch_add(1, Ordering::Relaxed);
                 let stale = w
@@ -373,7 +386,8 @@ impl Engine {
         };
         let token = match w.free.pop() {
             Some(t) => t,
-            None if w.tokens.len() <= usize::from(u16::MAX) => {
+            // Tokens from `SLOT_TOKEN0` up name bundle slots.
+            None if w.tokens.len() < usize::from(SLOT_TOKEN0) => {
                 w.tokens.push(Token::default());
                 (w.tokens.len() - 1) as u16
             }
@@ -390,6 +404,7 @@ impl Engine {
             cap: cap as u32,
             key: rma.key,
             addr: rma.addr_of(addr),
+            slot: false,
         };
         let ctrl = self.layout.ctrl(Ctrl::Cts, w.peer_id);
         OFFERS.fetch_add(1, Ordering::Relaxed);
@@ -437,6 +452,10 @@ impl Engine {
         let Some(c) = self.conns.get_mut(&conn).filter(|c| !c.closing) else {
             return;
         };
+        if token >= SLOT_TOKEN0 {
+            c.last_progress = Instant::now();
+            return self.slot_written(conn, token, generation, len);
+        }
         let Some(w) = c.wrx.as_mut() else { return };
         let target = w
             .tokens

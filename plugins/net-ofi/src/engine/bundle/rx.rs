@@ -37,9 +37,39 @@ struct Stashed {
     len: usize,
 }
 
+/// Where a received bundle lies.
+pub(in crate::engine) enum BundleBuf {
+    /// A bundle receive's buffer: posted again once free.
+    Posted(Box<[u8]>),
+    /// Bundle slot `index` (`engine/slots.rs`) at `ptr`, in memory its
+    /// connection owns: offered again once free.
+    Slot { index: usize, ptr: usize },
+}
+
+impl BundleBuf {
+    /// The first `n` bytes.
+    fn bytes(&self, n: usize) -> &[u8] {
+        match self {
+            Self::Posted(b) => &b[..n.min(b.len())],
+            // SAFETY: the slot's connection owns its memory, which holds
+            // `SLOT_BYTES` >= `n` bytes (`slot_written` checked `n`) and outlives
+            // every `BundleBuf` of it (both go with the connection); the peer
+            // writes a slot only while it is on offer, which it is not while a
+            // `BundleBuf` names it.
+            Self::Slot { ptr, .. } => unsafe {
+                std::slice::from_raw_parts(
+                    *ptr as *const u8,
+                    n.min(super::super::slots::SLOT_BYTES),
+                )
+            },
+        }
+    }
+}
+
 /// A received bundle with records still undelivered.
 struct Held {
-    buf: Box<[u8]>,
+    buf: BundleBuf,
+    len: usize,
     left: usize,
 }
 
@@ -257,7 +287,7 @@ impl Engine {
             return State::Failed("internal error: a bundled record lost its buffer".into());
         };
         // SAFETY: forwarded contract; the record lies inside the held buffer.
-        unsafe { fill(buf, len, &held.buf[s.off..s.off + s.len]) }
+        unsafe { fill(buf, len, &held.buf.bytes(held.len)[s.off..s.off + s.len]) }
     }
 
     /// One record of held buffer `h` was delivered; the buffer is posted again
@@ -271,10 +301,20 @@ impl Engine {
         if held.left > 0 {
             return;
         }
-        if let Some(held) = rx.held[h].take()
-            && let Err(e) = self.post_bundle_recv(conn, held.buf)
-        {
-            self.fail_conn(conn, format!("re-posting a bundle receive failed: {e}"));
+        if let Some(held) = rx.held[h].take() {
+            self.bundle_buf_free(conn, held.buf);
+        }
+    }
+
+    /// A bundle's buffer holds nothing undelivered: a bundle receive's is posted
+    /// again, a slot offered again.
+    fn bundle_buf_free(&mut self, conn: u64, buf: BundleBuf) {
+        let r = match buf {
+            BundleBuf::Posted(b) => self.post_bundle_recv(conn, b).map(drop),
+            BundleBuf::Slot { index, .. } => self.offer_slot(conn, index),
+        };
+        if let Err(e) = r {
+            self.fail_conn(conn, format!("re-posting a bundle buffer failed: {e}"));
         }
     }
 
@@ -306,20 +346,29 @@ impl Engine {
         let Some((conn, buf)) = self.take_owned(idx) else {
             return;
         };
+        let n = match got {
+            Ok(n) => n,
+            Err(m) => {
+                if self.conns.get(&conn).is_some_and(|c| !c.closing) {
+                    self.fail_conn(conn, format!("a bundle receive failed: {m}"));
+                }
+                return;
+            }
+        };
+        self.unbundle(conn, BundleBuf::Posted(buf), n);
+    }
+
+    /// Delivers the records of the `n`-byte bundle in `buf` to the waiting
+    /// receives, keeps the others, and frees the buffer once nothing in it is kept.
+    pub(in crate::engine) fn unbundle(&mut self, conn: u64, buf: BundleBuf, n: usize) {
         let Some(c) = self.conns.get(&conn).filter(|c| !c.closing) else {
             return;
         };
         if c.rx.is_none() {
             return;
         }
-        let n = match got {
-            Ok(n) => n,
-            Err(m) => {
-                self.fail_conn(conn, format!("a bundle receive failed: {m}"));
-                return;
-            }
-        };
-        let records = match bundle::parse(&buf, n) {
+        let bytes = buf.bytes(n);
+        let records = match bundle::parse(bytes, n) {
             Ok(r) => r,
             Err(m) => {
                 self.fail_conn(conn, format!("malformed bundle from the peer: {m}"));
@@ -346,7 +395,7 @@ impl Engine {
                 // The receive posted first, as the provider would match it.
                 Some(at) => {
                     let w = rx.waiters.remove(at);
-                    self.deliver(w, &buf[r.off..r.off + r.len]);
+                    self.deliver(w, &bytes[r.off..r.off + r.len]);
                 }
                 None => {
                     kept += 1;
@@ -356,10 +405,7 @@ impl Engine {
             }
         }
         if kept == 0 {
-            if let Err(e) = self.post_bundle_recv(conn, buf) {
-                self.fail_conn(conn, format!("re-posting a bundle receive failed: {e}"));
-            }
-            return;
+            return self.bundle_buf_free(conn, buf);
         }
         let Some(rx) = self.rx(conn) else { return };
         let h = match rx.held.iter().position(Option::is_none) {
@@ -369,7 +415,11 @@ impl Engine {
                 rx.held.len() - 1
             }
         };
-        rx.held[h] = Some(Held { buf, left: kept });
+        rx.held[h] = Some(Held {
+            buf,
+            len: n,
+            left: kept,
+        });
         rx.stash.extend(stash.into_iter().map(|r| Stashed {
             tag: r.tag,
             held: h,

@@ -4,11 +4,14 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cclkit_abi::{Result, nccl_warn};
+use cclkit_abi::{Error, Result, nccl_warn};
 
+use super::super::slots::SLOT_BYTES;
+use super::super::write::cq_data;
 use super::super::{Engine, OpId, Owner, Post, State};
-use super::{BUNDLES, OVERDUE, RECORDS};
+use super::{BUNDLES, OVERDUE, RECORDS, SINGLES};
 use crate::bundle::{self, Writer};
+use crate::proto::Cts;
 use crate::tags::Ctrl;
 
 /// Bundles a connection may have in flight; beyond that a small send that does
@@ -19,6 +22,8 @@ const MAX_TX_BUNDLES: u32 = 4;
 /// complete without the receiver's help, but its provider may hold them back
 /// while it is short of buffers; this bounds what that can cost.
 const MAX_OPEN: Duration = Duration::from_micros(200);
+/// Longest a bundle that outgrew a tagged one waits for a slot.
+const MAX_SLOT_WAIT: Duration = Duration::from_micros(50);
 /// Emptied bundle buffers a connection keeps for its next bundles.
 const SPARE_BUFFERS: usize = 4;
 /// The sending side of a connection that bundles.
@@ -39,6 +44,14 @@ pub struct Tx {
     opened: Option<Instant>,
     waiting: Vec<(OpId, usize, u64)>,
     spare: Vec<Box<[u8]>>,
+    /// Largest send a bundle bound for a slot takes (`engine/slots.rs`): sends
+    /// one eager message carries alone. 0 = the receiver offers no slots.
+    slot_record: usize,
+    /// Slots on offer, and the one the open bundle will be written into.
+    slots: Vec<Cts>,
+    slot: Option<Cts>,
+    /// The receiver has offered a slot (so it has them).
+    slot_offered: bool,
 }
 
 impl std::fmt::Debug for Tx {
@@ -57,6 +70,53 @@ impl Tx {
     fn max_record(&self) -> usize {
         (self.max - bundle::HEADER) / 2 - bundle::RECORD
     }
+
+    /// Slots are on: this connection asked for them and its receiver offered
+    /// some (a receiver without them must not make sends wait for one).
+    fn slots_on(&self) -> bool {
+        self.slot_record > 0 && self.slot_offered
+    }
+
+    /// Largest send queued: with slots on, whatever one eager message carries.
+    fn max_queued(&self) -> usize {
+        if self.slots_on() {
+            self.slot_record.max(self.max_record())
+        } else {
+            self.max_record()
+        }
+    }
+
+    /// Whether the open bundle needs a slot it does not have yet (it outgrew a
+    /// tagged bundle); takes one if one is on offer.
+    fn wants_slot(&mut self) -> bool {
+        let grown = self.open.as_ref().is_some_and(|w| w.used() > self.max);
+        if grown && self.slot.is_none() {
+            self.slot = self.slots.pop();
+        }
+        grown && self.slot.is_none()
+    }
+
+    /// Keeps a slot offer; `false` when this connection asked for none. Offers
+    /// past `max` are dropped (the receiver offers each slot once at a time).
+    pub(in crate::engine) fn take_slot_offer(&mut self, cts: Cts, max: usize) -> bool {
+        if self.slot_record == 0 {
+            return false;
+        }
+        self.slot_offered = true;
+        if self.slots.len() < max {
+            self.slots.push(cts);
+        }
+        true
+    }
+
+    /// Bytes of a bundle buffer: room for a slot's bundle once slots are on.
+    fn buf_len(&self) -> usize {
+        if self.slots_on() {
+            self.max.max(SLOT_BYTES)
+        } else {
+            self.max
+        }
+    }
 }
 
 impl Engine {
@@ -72,6 +132,15 @@ impl Engine {
                 comm_id,
                 ..Tx::default()
             });
+        }
+    }
+
+    /// Lets connection `conn`, which bundles and writes, bundle into the slots
+    /// its receiver offers: sends of up to `record` bytes then queue while a
+    /// slot is in hand.
+    pub fn enable_slot_tx(&mut self, conn: u64, record: usize) {
+        if let Some(tx) = self.tx(conn) {
+            tx.slot_record = record.min(SLOT_BYTES / 2 - bundle::HEADER - bundle::RECORD);
         }
     }
 
@@ -95,7 +164,7 @@ impl Engine {
             .conns
             .get(&conn)
             .and_then(|c| c.tx.as_ref())
-            .is_some_and(|tx| len <= tx.max_record() && (tx.inflight > 0 || tx.open.is_some()));
+            .is_some_and(|tx| len <= tx.max_queued() && (tx.inflight > 0 || tx.open.is_some()));
         if queue {
             // SAFETY: NCCL's buffer holds `len` bytes (caller's contract).
             let payload = unsafe { std::slice::from_raw_parts(buf, len) };
@@ -106,7 +175,9 @@ impl Engine {
         // Only sends the provider completes on its own count (`Tx::inflight`): a
         // larger one (a rendezvous) completes once the receiver posted its
         // receive, which may wait for a record in the open bundle.
-        let counted = self.tx(conn).is_some_and(|tx| len <= tx.max);
+        let counted = self
+            .tx(conn)
+            .is_some_and(|tx| len <= tx.max.max(tx.slot_record));
         let dest = self.conn(conn)?.peer;
         let op = self.alloc(Owner::Caller, false, Some(conn), None);
         let post = Post::Send {
@@ -150,7 +221,13 @@ impl Engine {
             tx.open.as_ref().is_some_and(|w| !w.fits(payload.len()))
         };
         if full {
-            if self.tx(conn).is_some_and(|tx| tx.bundles >= MAX_TX_BUNDLES) {
+            // A full bundle still waiting for a slot keeps waiting (the time
+            // bound sends it on): this send goes on its own, which costs no
+            // more than the bundle's sends going alone would.
+            if self
+                .tx(conn)
+                .is_some_and(|tx| tx.bundles >= MAX_TX_BUNDLES || tx.wants_slot())
+            {
                 return Ok(None);
             }
             self.post_bundle(conn)?;
@@ -164,14 +241,38 @@ impl Engine {
         let w = match tx.open.as_mut() {
             Some(w) => w,
             None => {
+                let len = tx.buf_len();
                 let buf = tx
                     .spare
                     .pop()
-                    .unwrap_or_else(|| vec![0u8; tx.max].into_boxed_slice());
+                    .filter(|b| b.len() >= len)
+                    .unwrap_or_else(|| vec![0u8; len].into_boxed_slice());
+                // With slots on, a bundle may outgrow one eager message: it is
+                // then written into a slot (taken now if one is on offer, else
+                // when one comes back, see `flush_bundles`).
+                tx.slot = tx.slots.pop();
+                let limit = match tx.slot {
+                    Some(s) => (s.cap as usize).min(SLOT_BYTES).max(tx.max),
+                    None if tx.slots_on() => SLOT_BYTES,
+                    None => tx.max,
+                };
                 tx.opened = Some(Instant::now());
-                tx.open.insert(Writer::new(buf))
+                tx.open.insert(Writer::with_limit(buf, limit))
             }
         };
+        if !w.fits(payload.len()) {
+            // A send larger than a tagged bundle's half, with no slot left
+            // for the new bundle: it goes on its own.
+            if let Some(w) = tx.open.take() {
+                tx.spare.push(w.finish().0);
+            }
+            tx.opened = None;
+            if let Some(slot) = tx.slot.take() {
+                tx.slots.push(slot);
+            }
+            self.release(op.idx);
+            return Ok(None);
+        }
         w.push(tag, payload);
         tx.waiting.push((op, payload.len(), tag));
         if !self.open_tx.contains(&conn) {
@@ -201,6 +302,22 @@ impl Engine {
         tx.opened = None;
         let waiting = std::mem::take(&mut tx.waiting);
         let (buf, used) = w.finish();
+        // A bundle larger than a tagged one is written into its slot; any other
+        // hands its slot back.
+        let grown = used > tx.max && waiting.len() > 1;
+        let slot = match tx.slot.take() {
+            None if grown => tx.slots.pop(),
+            s => s,
+        };
+        let write = match slot {
+            Some(s) if grown => Some(s),
+            Some(s) => {
+                tx.slots.push(s);
+                None
+            }
+            None if grown => return self.post_singles(conn, dest, &buf, waiting),
+            None => None,
+        };
         // A lone record goes out as the message it stands for, from the bundle
         // buffer: its receive then completes as a plain one (no copy, nothing
         // to withdraw).
@@ -216,19 +333,29 @@ impl Engine {
                 self.layout.ctrl(Ctrl::Bundle, tx.comm_id),
             ),
         };
+        let comm_id = tx.comm_id;
         let lone = waiting.len() == 1;
         let op = self.alloc(Owner::BundleTx, false, Some(conn), Some(buf));
         let posted = self.ctrl_desc(op, from, len).and_then(|desc| {
-            self.submit(
-                op,
-                Post::Send {
+            let post = match write {
+                Some(s) => Post::Write {
+                    buf: from,
+                    len,
+                    desc,
+                    dest,
+                    addr: s.addr,
+                    key: s.key,
+                    data: cq_data(comm_id, s.token, s.generation, len),
+                },
+                None => Post::Send {
                     buf: from,
                     len,
                     desc,
                     dest,
                     tag,
                 },
-            )
+            };
+            self.submit(op, post)
         });
         let failure = match &posted {
             Ok(op) => {
@@ -240,6 +367,9 @@ impl Engine {
                     BUNDLES.fetch_add(1, Ordering::Relaxed);
                     RECORDS.fetch_add(waiting.len() as u64, Ordering::Relaxed);
                 }
+                if write.is_some() {
+                    self.count_slot_write();
+                }
                 None
             }
             Err(e) => Some(format!(
@@ -247,29 +377,73 @@ impl Engine {
                 waiting.len()
             )),
         };
+        self.settle_queued(waiting, failure.as_deref());
+        posted.map(drop)
+    }
+
+    /// A grown bundle that found no slot before its time ran out: each send goes
+    /// as the message it stands for, from its own copy (a slot is not coming back
+    /// soon: its receiver keeps records for receives not posted yet).
+    fn post_singles(
+        &mut self,
+        conn: u64,
+        dest: u64,
+        buf: &[u8],
+        waiting: Vec<(OpId, usize, u64)>,
+    ) -> Result<()> {
+        let mut failure = None;
+        let mut at = bundle::HEADER;
+        for &(_, len, tag) in &waiting {
+            let bytes: Box<[u8]> = buf[at + bundle::RECORD..at + bundle::RECORD + len].into();
+            at += bundle::record_bytes(len);
+            match self.send_owned(dest, tag, bytes, Owner::BundleTx, Some(conn)) {
+                Ok(op) => {
+                    self.count_send(op);
+                    if let Some(tx) = self.tx(conn) {
+                        tx.bundles += 1;
+                    }
+                }
+                Err(e) => {
+                    failure = Some(format!("posting a send held for a bundle slot failed: {e}"));
+                    break;
+                }
+            }
+        }
+        SINGLES.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+        self.settle_queued(waiting, failure.as_deref());
+        match failure {
+            Some(m) => Err(Error::system(m)),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the queued sends of a bundle that went out (`None`) or failed.
+    fn settle_queued(&mut self, waiting: Vec<(OpId, usize, u64)>, failure: Option<&str>) {
         for (q, len, _) in waiting {
             let Some(s) = self.slot_mut(q) else { continue };
             if s.owner == Owner::Orphan {
                 self.release(q.idx);
                 continue;
             }
-            s.state = match &failure {
+            s.state = match failure {
                 None => State::Done(len),
-                Some(m) => State::Failed(m.clone()),
+                Some(m) => State::Failed(m.to_string()),
             };
         }
-        posted.map(drop)
     }
 
     /// Posts the open bundles of connections with nothing else in flight (run by
-    /// every progress call, after the completions were read).
+    /// every progress call, after the completions were read). A bundle that
+    /// outgrew a tagged one waits for a slot, up to its time bound.
     pub(in crate::engine) fn flush_bundles(&mut self) {
         let mut i = 0;
         while let Some(&conn) = self.open_tx.get(i) {
             // (idle, overdue); a connection without a sending side just drops out.
             let due = self.tx(conn).map_or((true, false), |tx| {
-                let overdue = tx.opened.is_some_and(|t| t.elapsed() >= MAX_OPEN);
-                (tx.inflight == 0, overdue)
+                let wants = tx.wants_slot();
+                let bound = if wants { MAX_SLOT_WAIT } else { MAX_OPEN };
+                let overdue = tx.opened.is_some_and(|t| t.elapsed() >= bound);
+                (tx.inflight == 0 && !wants, overdue)
             });
             match due {
                 (true, _) => {}
@@ -320,6 +494,7 @@ impl Engine {
         }
         if let (Some(tx), Some(buf)) = (c.tx.as_mut(), buf)
             && tx.spare.len() < SPARE_BUFFERS
+            && buf.len() >= tx.buf_len()
         {
             tx.spare.push(buf);
         }
@@ -330,6 +505,7 @@ impl Engine {
         self.open_tx.retain(|&k| k != conn);
         let Some(tx) = self.tx(conn) else { return };
         tx.open = None;
+        tx.slot = None;
         for (q, _, _) in std::mem::take(&mut tx.waiting) {
             let Some(s) = self.slot_mut(q) else { continue };
             if s.owner == Owner::Orphan {
@@ -339,5 +515,76 @@ impl Engine {
                     State::Failed("the send comm was closed before this send went out".into());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(token: u16) -> Cts {
+        Cts {
+            token,
+            generation: 0,
+            seq: 0,
+            tag: 0,
+            cap: SLOT_BYTES as u32,
+            key: 1,
+            addr: 0,
+            slot: true,
+        }
+    }
+
+    #[test]
+    fn slots_count_once_the_receiver_offered_one() {
+        let mut tx = Tx {
+            max: 16_128,
+            slot_record: 16_384,
+            ..Tx::default()
+        };
+        // Asked for, none offered yet: a receiver without slots must not make
+        // sends wait for one.
+        assert_eq!(tx.max_queued(), tx.max_record());
+        assert_eq!(tx.buf_len(), 16_128);
+        assert!(tx.take_slot_offer(offer(0xfff0), 4));
+        assert_eq!(tx.max_queued(), 16_384);
+        assert_eq!(tx.buf_len(), SLOT_BYTES);
+        // Offers past the bound are dropped.
+        for t in 1..10 {
+            assert!(tx.take_slot_offer(offer(0xfff0 + t), 4));
+        }
+        assert_eq!(tx.slots.len(), 4);
+        // A connection that asked for none refuses them.
+        let mut plain = Tx {
+            max: 16_128,
+            ..Tx::default()
+        };
+        assert!(!plain.take_slot_offer(offer(0xfff0), 4));
+        assert_eq!(plain.max_queued(), plain.max_record());
+    }
+
+    #[test]
+    fn a_grown_bundle_takes_a_slot_or_waits_for_one() {
+        let mut tx = Tx {
+            max: 16_128,
+            slot_record: 16_384,
+            ..Tx::default()
+        };
+        assert!(tx.take_slot_offer(offer(0xfff3), 8));
+        let mut w = Writer::with_limit(vec![0u8; SLOT_BYTES].into_boxed_slice(), SLOT_BYTES);
+        w.push(1, &[7u8; 9_000]);
+        tx.open = Some(w);
+        // Within a tagged bundle: no slot needed, none taken.
+        assert!(!tx.wants_slot());
+        assert!(tx.slot.is_none());
+        if let Some(w) = tx.open.as_mut() {
+            w.push(2, &[8u8; 9_000]);
+        }
+        // Grown past it: takes the slot on offer.
+        assert!(!tx.wants_slot());
+        assert_eq!(tx.slot.map(|s| s.token), Some(0xfff3));
+        // With none left, the next grown bundle waits.
+        tx.slot = None;
+        assert!(tx.wants_slot());
     }
 }

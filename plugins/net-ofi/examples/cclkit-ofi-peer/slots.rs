@@ -1,0 +1,205 @@
+//! Bundle slots (`src/engine/slots.rs`) on a connection to this process, with
+//! bundles and writes on (`tcp;ofi_rxm`'s defaults):
+//! - a burst of odd sizes up to 16 KiB outgrows a tagged bundle: all but the
+//!   first send are written as one bundle into a slot, in more rounds than
+//!   there are slots (so each slot came back), with the receives posted before
+//!   the burst in odd rounds and after it in even ones; every byte is checked,
+//!   and so is the sentinel past it;
+//! - bursts nobody receives hold every slot; the next bundle finds none within
+//!   its time bound and each of its sends goes on its own. All of them then
+//!   arrive intact, in order.
+
+use cclkit_host::net::Request;
+use cclkit_net_ofi::{BundleCounts, bundle_counts};
+
+use crate::flows::{self, Link, post_one, say, send_one, wait};
+use crate::net::{R, Side};
+use crate::pattern::{fill, first_mismatch};
+
+/// The first goes out on its own; the other six (61,165 bytes) outgrow a
+/// tagged bundle (16 KiB) and fit one slot (128 KiB).
+const SIZES: [usize; 7] = [5000, 9001, 16384, 12000, 7777, 3, 16000];
+/// Slots a receive comm offers (`SLOTS` in `src/engine/slots.rs`).
+const SLOTS: usize = 8;
+const TAG: i32 = 31;
+const SENTINEL: u8 = 0xa7;
+
+/// Runs the checks; prints `SLOTS ok`.
+pub fn check(l: &mut Link, seed: u64) -> R<()> {
+    // The link's first offers (one per slot, made at accept) were read long
+    // ago, by the checks before this one. Each round's slot is offered again
+    // once its records were delivered; the counts are the process's, but
+    // only this link's send comm is left to read any (other links closed).
+    let read = bundle_counts().slot_offers_read;
+    for round in 0..SLOTS + 2 {
+        offers_read(l, read + round as u64)?;
+        one_round(l, seed + round as u64, round % 2 == 1)?;
+    }
+    offers_read(l, read + SLOTS as u64 + 2)?;
+    held_slots(l, seed ^ 0x51075)?;
+    say("SLOTS ok");
+    Ok(())
+}
+
+fn payloads(seed: u64) -> Vec<Vec<u8>> {
+    SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut b = vec![0u8; n];
+            fill(seed, i as u64, &mut b);
+            b
+        })
+        .collect()
+}
+
+/// Progresses (a receive on a tag nobody sends keeps the engine reading its
+/// completions) until send comms have read `want` slot offers in all.
+fn offers_read(l: &mut Link, want: u64) -> R<()> {
+    let mut probe = [0u8; 8];
+    // `probe` outlives the request, cancelled below by closing it unfinished.
+    let mut r = post_one(l, &mut probe, TAG + 100)?;
+    let deadline = std::time::Instant::now() + flows::WAIT;
+    loop {
+        let b = bundle_counts();
+        if b.slot_offers_read >= want {
+            break;
+        }
+        if Side::Recv(&mut l.recv).test(&mut r)?.is_some() {
+            return Err("a receive completed without a send".into());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "timed out: slot offers to reach the send comm ({b:?})"
+            ));
+        }
+    }
+    // Satisfy the probe so it does not linger.
+    let s = send_one(l, &[1u8; 8], TAG + 100)?;
+    wait(Side::Send(&mut l.send), s)?;
+    wait(Side::Recv(&mut l.recv), r)?;
+    Ok(())
+}
+
+/// Posts the burst back to back (no completion read in between) and waits
+/// for the queued sends, which complete when their bundle goes out. The first,
+/// sent on its own, is returned: on `shm` it completes only once its receive
+/// is posted.
+fn burst(l: &mut Link, data: &[Vec<u8>], tag: i32) -> R<Request> {
+    let mut reqs = Vec::new();
+    for d in data {
+        // `data` outlives the requests: the callers wait for the first before
+        // dropping it, the others complete below.
+        reqs.push(send_one(l, d, tag)?);
+    }
+    let first = reqs.remove(0);
+    for r in reqs {
+        wait(Side::Send(&mut l.send), r)?;
+    }
+    Ok(first)
+}
+
+/// Receives the burst of `seed` on `tag` into buffers 64 bytes larger than
+/// each message, one by one.
+fn receive_each(l: &mut Link, seed: u64, tag: i32) -> R<()> {
+    for (i, &want) in SIZES.iter().enumerate() {
+        let mut buf = vec![SENTINEL; want + 64];
+        let r = post_one(l, &mut buf, tag)?;
+        let sizes = wait(Side::Recv(&mut l.recv), r)?;
+        judge(seed, i, &buf, &sizes)?;
+    }
+    Ok(())
+}
+
+fn judge(seed: u64, i: usize, buf: &[u8], sizes: &[usize]) -> R<()> {
+    let want = SIZES[i];
+    if sizes != [want] {
+        return Err(format!("message {i}: test reported {sizes:?}, sent {want}"));
+    }
+    if let Some(at) = first_mismatch(seed, i as u64, &buf[..want]) {
+        return Err(format!("message {i} ({want} bytes): wrong byte at {at}"));
+    }
+    if buf[want..].iter().any(|&b| b != SENTINEL) {
+        return Err(format!("message {i}: bytes written past its {want}"));
+    }
+    Ok(())
+}
+
+fn delta(before: &BundleCounts) -> BundleCounts {
+    let now = bundle_counts();
+    BundleCounts {
+        records: now.records - before.records,
+        written: now.written - before.written,
+        singles: now.singles - before.singles,
+        early: now.early - before.early,
+        ..BundleCounts::default()
+    }
+}
+
+/// One burst written into a slot; its receives posted first or after.
+fn one_round(l: &mut Link, seed: u64, posted_first: bool) -> R<()> {
+    let data = payloads(seed);
+    let before = bundle_counts();
+    if posted_first {
+        let mut bufs: Vec<Vec<u8>> = SIZES.iter().map(|&n| vec![SENTINEL; n + 64]).collect();
+        let mut reqs = Vec::new();
+        for b in &mut bufs {
+            // `bufs` outlives the requests, all waited for below.
+            reqs.push(post_one(l, b, TAG)?);
+        }
+        let first = burst(l, &data, TAG)?;
+        wait(Side::Send(&mut l.send), first)?;
+        for (i, (r, b)) in reqs.into_iter().zip(&bufs).enumerate() {
+            let sizes = wait(Side::Recv(&mut l.recv), r)?;
+            judge(seed, i, b, &sizes)?;
+        }
+    } else {
+        let first = burst(l, &data, TAG)?;
+        receive_each(l, seed, TAG)?;
+        wait(Side::Send(&mut l.send), first)?;
+    }
+    let d = delta(&before);
+    if (d.written, d.records, d.singles) != (1, SIZES.len() as u64 - 1, 0) {
+        return Err(format!(
+            "round with receives posted {}: expected one bundle of {} written into a \
+             slot, got {d:?}",
+            if posted_first { "first" } else { "after" },
+            SIZES.len() - 1
+        ));
+    }
+    if !posted_first && d.early == 0 {
+        return Err(format!(
+            "receives posted after the burst met no early record: {d:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// `SLOTS` bursts nobody receives yet hold every slot; the next bundle goes
+/// as single sends. Then everything is received, burst by burst.
+fn held_slots(l: &mut Link, seed: u64) -> R<()> {
+    let before = bundle_counts();
+    let data: Vec<Vec<Vec<u8>>> = (0..=SLOTS).map(|k| payloads(seed + k as u64)).collect();
+    let mut firsts = Vec::new();
+    for (k, d) in data.iter().enumerate() {
+        firsts.push(burst(l, d, TAG + 1 + k as i32)?);
+    }
+    let d = delta(&before);
+    // A burst's first send queues too when the previous bundle's write is
+    // still in flight (then a slot bundle carries all seven).
+    let queued = SIZES.len() as u64 - 1;
+    if d.written != SLOTS as u64 || !(queued..=queued + 1).contains(&d.singles) {
+        return Err(format!(
+            "with every slot held, expected {SLOTS} bundles written and the last \
+             burst's {queued} (or {}) queued sends alone, got {d:?}",
+            queued + 1
+        ));
+    }
+    for k in (0..=SLOTS).rev() {
+        receive_each(l, seed + k as u64, TAG + 1 + k as i32)?;
+    }
+    for r in firsts {
+        wait(Side::Send(&mut l.send), r)?;
+    }
+    Ok(())
+}
