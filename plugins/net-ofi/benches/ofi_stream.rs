@@ -7,8 +7,8 @@
 //! cargo bench -p cclkit-net-ofi --bench ofi_stream \
 //!     [-- --quick] [--provider 'tcp;ofi_rxm'] [--sizes-kib 4,64,1024] [--rounds 41]
 //! ```
-//! Default sizes: 4 KiB (bundled), 12 KiB (neither bundled nor written), 32 and
-//! 64 KiB (written), 512 KiB, 1 MiB, 4 MiB, 16 MiB.
+//! Default sizes: 4 KiB (bundled), 12 KiB (bundled, into the receiver's bundle
+//! slots), 32 and 64 KiB (written), 512 KiB, 1 MiB, 4 MiB, 16 MiB.
 //! The two processes are `cclkit-ofi-peer mixed` (its `mixed.rs`); this file only
 //! starts them, relays their addresses and prints the table. Each process opens both a plugin connection and a raw endpoint, then runs
 //! bursts of about 64 MiB alternately on each (41 rounds, alternating which goes

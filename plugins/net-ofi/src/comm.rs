@@ -266,8 +266,10 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
             e.close_conn(conn);
             return Err(err.context("NET/OFI connect: posting clear-to-write receives"));
         }
-        // Slot bundles take the sends below the write range (one eager message).
-        e.enable_slot_tx(conn, range.0.saturating_sub(1));
+        // Slot bundles take sends of up to half a slot: those in the write
+        // range too, when their receive's offer has not come (else they are
+        // written straight into it).
+        e.enable_slot_tx(conn, usize::MAX);
     }
     drop(e);
     // `pending` drops here, returning its control id unless the connection

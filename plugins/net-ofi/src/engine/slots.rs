@@ -6,9 +6,10 @@
 //! stream of 8-16 KiB sends costs a message each, exactly as the raw loop. A
 //! receive comm that takes bundles and writes therefore also offers a few
 //! slots, registered for remote writes, once at connect. Once its sender has
-//! seen one, the open bundle may grow to a slot's size and take sends up to the
-//! eager limit; if it outgrows a tagged bundle, it goes as one `fi_writedata`
-//! into a slot, whose CQ data names it.
+//! seen one, the open bundle may grow to a slot's size and take sends of up to
+//! half a slot (those in the write range when their receive's offer has not
+//! come); if it outgrows a tagged bundle, it goes as one `fi_writedata` into a
+//! slot, whose CQ data names it.
 //!
 //! ```text
 //! receiver                                        sender

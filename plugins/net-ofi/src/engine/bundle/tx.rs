@@ -44,8 +44,8 @@ pub struct Tx {
     opened: Option<Instant>,
     waiting: Vec<(OpId, usize, u64)>,
     spare: Vec<Box<[u8]>>,
-    /// Largest send a bundle bound for a slot takes (`engine/slots.rs`): sends
-    /// one eager message carries alone. 0 = the receiver offers no slots.
+    /// Largest send a bundle bound for a slot takes (`engine/slots.rs`): half a
+    /// slot. 0 = this connection takes no slots.
     slot_record: usize,
     /// Slots on offer, and the one the open bundle will be written into.
     slots: Vec<Cts>,
@@ -77,7 +77,7 @@ impl Tx {
         self.slot_record > 0 && self.slot_offered
     }
 
-    /// Largest send queued: with slots on, whatever one eager message carries.
+    /// Largest send queued: with slots on, half a slot.
     fn max_queued(&self) -> usize {
         if self.slots_on() {
             self.slot_record.max(self.max_record())
@@ -136,8 +136,8 @@ impl Engine {
     }
 
     /// Lets connection `conn`, which bundles and writes, bundle into the slots
-    /// its receiver offers: sends of up to `record` bytes then queue while a
-    /// slot is in hand.
+    /// its receiver offers: sends of up to `record` bytes (at most half a slot)
+    /// then queue behind sends in flight.
     pub fn enable_slot_tx(&mut self, conn: u64, record: usize) {
         if let Some(tx) = self.tx(conn) {
             tx.slot_record = record.min(SLOT_BYTES / 2 - bundle::HEADER - bundle::RECORD);
