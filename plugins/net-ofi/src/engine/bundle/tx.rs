@@ -315,7 +315,7 @@ impl Engine {
                 tx.slots.push(s);
                 None
             }
-            None if grown => return self.post_singles(conn, dest, &buf, waiting),
+            None if grown => return self.post_singles(conn, dest, buf, waiting),
             None => None,
         };
         // A lone record goes out as the message it stands for, from the bundle
@@ -383,16 +383,18 @@ impl Engine {
 
     /// A grown bundle that found no slot before its time ran out: each send goes
     /// as the message it stands for, from its own copy (a slot is not coming back
-    /// soon: its receiver keeps records for receives not posted yet).
+    /// soon: its receiver keeps records for receives not posted yet). A send
+    /// that cannot be posted fails with those after it; those before it went.
     fn post_singles(
         &mut self,
         conn: u64,
         dest: u64,
-        buf: &[u8],
-        waiting: Vec<(OpId, usize, u64)>,
+        buf: Box<[u8]>,
+        mut waiting: Vec<(OpId, usize, u64)>,
     ) -> Result<()> {
-        let mut failure = None;
         let mut at = bundle::HEADER;
+        let mut posted = 0;
+        let mut failure = None;
         for &(_, len, tag) in &waiting {
             let bytes: Box<[u8]> = buf[at + bundle::RECORD..at + bundle::RECORD + len].into();
             at += bundle::record_bytes(len);
@@ -402,6 +404,7 @@ impl Engine {
                     if let Some(tx) = self.tx(conn) {
                         tx.bundles += 1;
                     }
+                    posted += 1;
                 }
                 Err(e) => {
                     failure = Some(format!("posting a send held for a bundle slot failed: {e}"));
@@ -409,8 +412,15 @@ impl Engine {
                 }
             }
         }
-        SINGLES.fetch_add(waiting.len() as u64, Ordering::Relaxed);
-        self.settle_queued(waiting, failure.as_deref());
+        if let Some(tx) = self.tx(conn)
+            && tx.spare.len() < SPARE_BUFFERS
+        {
+            tx.spare.push(buf);
+        }
+        SINGLES.fetch_add(posted as u64, Ordering::Relaxed);
+        let unposted = waiting.split_off(posted);
+        self.settle_queued(waiting, None);
+        self.settle_queued(unposted, failure.as_deref());
         match failure {
             Some(m) => Err(Error::system(m)),
             None => Ok(()),
