@@ -33,12 +33,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cclkit_abi::{Error, Result, nccl_warn};
 
+use super::Engine;
 use super::bundle::BundleBuf;
-use super::{Engine, Owner};
 use crate::fabric::MemIface;
 use crate::mr::RmaTarget;
 use crate::proto::Cts;
-use crate::tags::Ctrl;
 
 /// Slots a receive comm offers.
 pub(in crate::engine) const SLOTS: usize = 8;
@@ -185,16 +184,8 @@ impl Engine {
             addr: s.arena.rma.addr_of(s.arena.slot(i)),
             slot: true,
         };
-        let ctrl = self.layout.ctrl(Ctrl::Cts, peer_id);
         SLOT_OFFERS.fetch_add(1, Ordering::Relaxed);
-        self.send_owned(
-            dest,
-            ctrl,
-            cts.encode().into_boxed_slice(),
-            Owner::Orphan,
-            Some(conn),
-        )
-        .map(drop)
+        self.send_cts(conn, dest, peer_id, &cts)
     }
 
     /// A bundle was written into slot token `token` of receive connection

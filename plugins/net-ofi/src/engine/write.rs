@@ -406,16 +406,24 @@ impl Engine {
             addr: rma.addr_of(addr),
             slot: false,
         };
-        let ctrl = self.layout.ctrl(Ctrl::Cts, w.peer_id);
+        let peer_id = w.peer_id;
         OFFERS.fetch_add(1, Ordering::Relaxed);
-        self.send_owned(
-            dest,
-            ctrl,
-            cts.encode().into_boxed_slice(),
-            Owner::Orphan,
-            Some(conn),
-        )
-        .map(drop)
+        self.send_cts(conn, dest, peer_id, &cts)
+    }
+
+    /// Sends clear-to-write `cts` (a receive's offer or a bundle slot's) of
+    /// receive connection `conn` to its sender's control id `peer_id`.
+    pub(in crate::engine) fn send_cts(
+        &mut self,
+        conn: u64,
+        dest: u64,
+        peer_id: u16,
+        cts: &Cts,
+    ) -> Result<()> {
+        let ctrl = self.layout.ctrl(Ctrl::Cts, peer_id);
+        let bytes = cts.encode().into_boxed_slice();
+        self.send_owned(dest, ctrl, bytes, Owner::Orphan, Some(conn))
+            .map(drop)
     }
 
     /// A receive stopped waiting: its offer, if any, is withdrawn (a later write

@@ -545,13 +545,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn slots_count_once_the_receiver_offered_one() {
-        let mut tx = Tx {
+    /// A connection with tagged bundles of 16,128 bytes that asked for slots.
+    fn slotted() -> Tx {
+        Tx {
             max: 16_128,
             slot_record: 16_384,
             ..Tx::default()
-        };
+        }
+    }
+
+    #[test]
+    fn slots_count_once_the_receiver_offered_one() {
+        let mut tx = slotted();
         // Asked for, none offered yet: a receiver without slots must not make
         // sends wait for one.
         assert_eq!(tx.max_queued(), tx.max_record());
@@ -575,11 +580,7 @@ mod tests {
 
     #[test]
     fn a_grown_bundle_takes_a_slot_or_waits_for_one() {
-        let mut tx = Tx {
-            max: 16_128,
-            slot_record: 16_384,
-            ..Tx::default()
-        };
+        let mut tx = slotted();
         assert!(tx.take_slot_offer(offer(0xfff3), 8));
         let mut w = Writer::with_limit(vec![0u8; SLOT_BYTES].into_boxed_slice(), SLOT_BYTES);
         w.push(1, &[7u8; 9_000]);
