@@ -41,12 +41,6 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// An empty bundle over `buf` (its capacity is the bundle's limit).
-    pub fn new(buf: Box<[u8]>) -> Self {
-        let limit = buf.len();
-        Self::with_limit(buf, limit)
-    }
-
     /// An empty bundle over `buf` that holds at most `limit` bytes (a buffer
     /// kept for larger bundles can carry a smaller one).
     pub fn with_limit(buf: Box<[u8]>, limit: usize) -> Self {
@@ -165,7 +159,7 @@ mod tests {
     use super::*;
 
     fn bundle(records: &[(u64, Vec<u8>)], cap: usize) -> (Box<[u8]>, usize) {
-        let mut w = Writer::new(vec![0xee; cap].into_boxed_slice());
+        let mut w = Writer::with_limit(vec![0xee; cap].into_boxed_slice(), cap);
         for (t, p) in records {
             assert!(w.fits(p.len()));
             w.push(*t, p);
@@ -196,7 +190,8 @@ mod tests {
 
     #[test]
     fn capacity_is_respected() {
-        let mut w = Writer::new(vec![0; HEADER + record_bytes(100)].into_boxed_slice());
+        let cap = HEADER + record_bytes(100);
+        let mut w = Writer::with_limit(vec![0; cap].into_boxed_slice(), cap);
         assert!(w.fits(100));
         assert!(!w.fits(101 + 8));
         w.push(1, &[5; 100]);

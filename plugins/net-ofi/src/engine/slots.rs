@@ -123,13 +123,17 @@ impl SlotsRx {
 
 impl Engine {
     /// Gives receive connection `conn` (which takes bundles and writes) its slots
-    /// and offers them; `Ok(false)` when this device cannot offer host memory
-    /// for writes (nothing done).
-    pub fn enable_slots_rx(&mut self, conn: u64) -> Result<bool> {
+    /// and offers them. Nothing is done when the connection takes no writes or
+    /// this device cannot offer host memory for them.
+    pub fn enable_slots_rx(&mut self, conn: u64) -> Result<()> {
+        if self.conn(conn)?.wrx.is_none() {
+            return Ok(());
+        }
         let mut arena = Arena::new(SLOTS * SLOT_BYTES)?;
         let base = arena.ptr.as_ptr() as usize;
         // SAFETY: the arena stays allocated until its connection retires, which
-        // releases this registration first (`write_retired`).
+        // releases this registration first (`write_retired`); on the way out
+        // below, it is released before the arena drops.
         let r = unsafe {
             self.mrs.acquire(
                 &self.domain,
@@ -139,16 +143,15 @@ impl Engine {
                 MemIface::System,
             )
         }?;
+        let (Some(rma), Some(w)) = (
+            r.rma,
+            self.conns.get_mut(&conn).and_then(|c| c.wrx.as_mut()),
+        ) else {
+            self.mrs.release(r.id);
+            return Ok(());
+        };
         arena.mr = r.id;
-        let Some(rma) = r.rma else {
-            self.mrs.release(r.id);
-            return Ok(false);
-        };
         arena.rma = rma;
-        let Some(w) = self.conn(conn)?.wrx.as_mut() else {
-            self.mrs.release(r.id);
-            return Ok(false);
-        };
         w.slots = Some(SlotsRx {
             arena,
             generation: [0; SLOTS],
@@ -157,7 +160,7 @@ impl Engine {
         for i in 0..SLOTS {
             self.offer_slot(conn, i)?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Offers slot `i` of receive connection `conn` (again) to its sender.
