@@ -176,6 +176,44 @@ fn shm_idle_peer_is_not_declared_dead() {
     idle_peer("shm");
 }
 
+/// A send `test` reported done needs no later call: NCCL's proxy makes none
+/// once its requests are done. The sender goes silent after a burst whose sends
+/// each queued behind the one before (`settled.rs` of the peer); the receiver,
+/// which starts reading only then, must still get every byte.
+fn settled(provider: &str, extra: &[(&'static str, &str)]) {
+    let seed = rand::random::<u32>().to_string();
+    let mut env = provider_env(provider);
+    env.extend(extra.iter().map(|&(k, v)| (k, v.to_owned())));
+    let (mut sender, mut receiver) = pair(
+        ("sender", &["settled", "12", "send", &seed]),
+        ("receiver", &["settled", "12", "recv", &seed]),
+        &env,
+    );
+    let t = Duration::from_secs(30);
+    sender.expect("SENT", t);
+    receiver.tell("GO");
+    receiver.expect("RECEIVED", t);
+    receiver.finish(t);
+    sender.finish(t);
+}
+
+#[test]
+fn tcp_sends_done_need_no_later_call() {
+    settled("tcp;ofi_rxm", &[]);
+}
+
+/// The same on shm, with bundles and writes (so bundle slots) forced on.
+#[test]
+fn shm_sends_done_need_no_later_call() {
+    settled(
+        "shm",
+        &[
+            ("CCLKIT_OFI_WRITE_BYTES", "16385-131071"),
+            ("CCLKIT_OFI_BUNDLE_BYTES", "16128"),
+        ],
+    );
+}
+
 fn loopback(provider: &str, abi: &str, truncate: bool) {
     let seed = rand::random::<u32>().to_string();
     let mut args = vec!["loopback", abi, &seed];

@@ -16,6 +16,7 @@
 //! cclkit-ofi-peer nodev
 //! cclkit-ofi-peer stream   <8|12> <send|recv> <size> <iters> <window>
 //! cclkit-ofi-peer mixed    <send|recv> <provider> <size> <count> <rounds>
+//! cclkit-ofi-peer settled  <8|12> <send|recv> <seed>
 //! ```
 //! Exit status 0 = success; failures print `FAIL <reason>` and exit 1.
 
@@ -27,6 +28,7 @@ mod net;
 mod pattern;
 mod quiet;
 mod scenarios;
+mod settled;
 mod slots;
 mod stream;
 mod writes;
@@ -85,6 +87,11 @@ fn run(args: &[String]) -> R<()> {
             num(args.get(5), "window")? as usize,
         ),
         Some("mixed") => mixed::mixed_peer(&args[1..]),
+        Some("settled") => settled::settled(
+            abi(args.get(1))?,
+            args.get(2).map(String::as_str) == Some("send"),
+            num(args.get(3), "seed")?,
+        ),
         other => Err(format!("unknown scenario {other:?}")),
     }
 }

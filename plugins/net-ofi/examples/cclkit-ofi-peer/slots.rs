@@ -14,7 +14,9 @@
 use cclkit_host::net::Request;
 use cclkit_net_ofi::{BundleCounts, bundle_counts};
 
-use crate::flows::{self, Link, post_one, say, send_one, wait};
+use std::time::Instant;
+
+use crate::flows::{self, Link, check_deadline, post_one, say, send_one, wait};
 use crate::net::{R, Side};
 use crate::pattern::{fill, first_mismatch};
 
@@ -95,22 +97,44 @@ fn offers_read(l: &mut Link, want: u64) -> R<()> {
     Ok(())
 }
 
-/// Posts the burst back to back (no completion read in between) and waits
-/// for the queued sends, which complete when their bundle goes out. The first,
-/// sent on its own, is returned: on `shm` it completes only once its receive
-/// is posted.
-fn burst(l: &mut Link, data: &[Vec<u8>], tag: i32) -> R<Request> {
-    let mut reqs = Vec::new();
-    for d in data {
-        // `data` outlives the requests: the callers wait for the first before
-        // dropping it, the others complete below.
-        reqs.push(send_one(l, d, tag)?);
+/// Posts the burst back to back (no completion read in between); returns its
+/// requests. A queued send completes with the bundle that carries it, as a
+/// send posted on its own does: a slot write without the receiver's help, a
+/// send that went alone (the first; or a record too large for the bundle's
+/// room, sent as the message it stands for) on `shm`, or above the eager limit,
+/// only once its receive is posted.
+fn burst(l: &mut Link, data: &[Vec<u8>], tag: i32) -> R<Vec<Request>> {
+    // `data` outlives the requests: the callers wait for all of them before
+    // dropping it.
+    data.iter().map(|d| send_one(l, d, tag)).collect()
+}
+
+/// Waits for every send of `reqs`.
+fn wait_sends(l: &mut Link, reqs: Vec<Request>) -> R<()> {
+    reqs.into_iter()
+        .try_for_each(|r| wait(Side::Send(&mut l.send), r).map(drop))
+}
+
+/// Tests the sends of `reqs` (keeping those still pending) until `done` holds:
+/// the burst has gone out as far as it can before its receives are posted.
+fn progress_until(
+    l: &mut Link,
+    reqs: &mut Vec<Request>,
+    what: &str,
+    done: impl Fn(&BundleCounts) -> bool,
+) -> R<()> {
+    let deadline = Instant::now() + flows::WAIT;
+    while !done(&bundle_counts()) {
+        let mut pending = Vec::with_capacity(reqs.len());
+        for mut r in reqs.drain(..) {
+            if Side::Send(&mut l.send).test(&mut r)?.is_none() {
+                pending.push(r);
+            }
+        }
+        *reqs = pending;
+        check_deadline(deadline, what)?;
     }
-    let first = reqs.remove(0);
-    for r in reqs {
-        wait(Side::Send(&mut l.send), r)?;
-    }
-    Ok(first)
+    Ok(())
 }
 
 /// Receives the burst of `seed` on `tag` into buffers 64 bytes larger than
@@ -161,16 +185,20 @@ fn one_round(l: &mut Link, sizes: &[usize], seed: u64, posted_first: bool) -> R<
             // `bufs` outlives the requests, all waited for below.
             reqs.push(post_one(l, b, TAG)?);
         }
-        let first = burst(l, &data, TAG)?;
-        wait(Side::Send(&mut l.send), first)?;
+        let sends = burst(l, &data, TAG)?;
+        wait_sends(l, sends)?;
         for (i, (r, b)) in reqs.into_iter().zip(&bufs).enumerate() {
             let got = wait(Side::Recv(&mut l.recv), r)?;
             judge(sizes[i], seed, i, b, &got)?;
         }
     } else {
-        let first = burst(l, &data, TAG)?;
+        let mut sends = burst(l, &data, TAG)?;
+        // Until a slot write has landed records no receive waits for yet.
+        progress_until(l, &mut sends, "a slot write before the receives", |now| {
+            now.written > before.written && now.early > before.early
+        })?;
         receive_each(l, sizes, seed, TAG)?;
-        wait(Side::Send(&mut l.send), first)?;
+        wait_sends(l, sends)?;
     }
     let d = delta(&before);
     let queued = sizes.len() as u64 - 1;
@@ -201,9 +229,24 @@ fn held_slots(l: &mut Link, seed: u64) -> R<()> {
     let data: Vec<Vec<Vec<u8>>> = (0..=SLOTS)
         .map(|k| payloads(&SIZES, seed + k as u64))
         .collect();
-    let mut firsts = Vec::new();
+    // Their sends complete once received where they went alone (on `shm`,
+    // or above the eager limit), so they are waited for after the receives.
+    let mut sent = Vec::new();
     for (k, d) in data.iter().enumerate() {
-        firsts.push(burst(l, d, TAG + 1 + k as i32)?);
+        let mut sends = burst(l, d, TAG + 1 + k as i32)?;
+        // Each burst but the last was written into a slot; the last, with
+        // every slot held, went alone once the bound passed.
+        let (written, singles) = (before.written + k as u64 + 1, before.singles);
+        if k < SLOTS {
+            progress_until(l, &mut sends, "a held burst's slot write", |now| {
+                now.written >= written
+            })?;
+        } else {
+            progress_until(l, &mut sends, "the sends held for a slot", |now| {
+                now.singles > singles
+            })?;
+        }
+        sent.extend(sends);
     }
     let d = delta(&before);
     // A burst's first send queues too when the previous bundle's write is
@@ -219,8 +262,5 @@ fn held_slots(l: &mut Link, seed: u64) -> R<()> {
     for k in (0..=SLOTS).rev() {
         receive_each(l, &SIZES, seed + k as u64, TAG + 1 + k as i32)?;
     }
-    for r in firsts {
-        wait(Side::Send(&mut l.send), r)?;
-    }
-    Ok(())
+    wait_sends(l, sent)
 }

@@ -180,6 +180,11 @@ struct Slot {
     /// A receive other than a bundle receive, in the provider's queue until its
     /// completion is read: counted in `Engine::rx_posted`.
     in_rx_queue: bool,
+    /// The queued sends a bundle carries (op, bytes, data tag): they complete
+    /// with it, not when it is posted, so their requests stay pending, and NCCL
+    /// keeps calling `test` (which drives the provider), until the provider has
+    /// the bytes out of its hands (`bundle/tx.rs`).
+    carried: Vec<(OpId, usize, u64)>,
 }
 
 /// Hasher for connection keys: the engine hands them out itself (a counter), so
@@ -339,6 +344,7 @@ impl Engine {
                     data_send: false,
                     cancelling: false,
                     in_rx_queue: false,
+                    carried: Vec::new(),
                 }));
                 i
             }
@@ -383,6 +389,13 @@ impl Engine {
         }
         self.end_send(idx);
         self.left_rx_queue(idx);
+        let carried = std::mem::take(&mut self.slots[idx as usize].carried);
+        if !carried.is_empty() {
+            self.settle_queued(
+                carried,
+                Some("the send comm was closed before this send went out"),
+            );
+        }
         let s = &mut self.slots[idx as usize];
         let (recv, conn, mr) = (s.recv, s.conn, s.mr);
         s.state = State::Free;

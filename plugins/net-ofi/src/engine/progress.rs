@@ -169,10 +169,10 @@ impl Engine {
         );
         match owner {
             Owner::BundleTx => {
-                let failure = result
-                    .err()
-                    .filter(|f| f.code != sys::FI_ECANCELED as i32)
-                    .map(|f| format!("sending a bundle failed: {}", f.msg));
+                let failure = result.err().map(|f| {
+                    let cancelled = f.code == sys::FI_ECANCELED as i32;
+                    (format!("sending a bundle failed: {}", f.msg), cancelled)
+                });
                 return self.bundle_sent(idx, failure);
             }
             Owner::BundleRx => return self.bundle_arrived(idx, result.map_err(|f| f.msg)),

@@ -16,7 +16,7 @@ use crate::tags::Ctrl;
 
 /// Bundles a connection may have in flight; beyond that a small send that does
 /// not fit the open bundle goes out on its own (so bundles never pile up behind
-/// a slow receiver: their requests complete as soon as they are copied).
+/// a slow receiver).
 const MAX_TX_BUNDLES: u32 = 4;
 /// Longest an open bundle waits for the sends in flight to complete. They
 /// complete without the receiver's help, but its provider may hold them back
@@ -285,8 +285,8 @@ impl Engine {
         self.conns.get_mut(&conn).and_then(|c| c.tx.as_mut())
     }
 
-    /// Posts the open bundle of `conn`; its queued sends complete (their bytes
-    /// are in the bundle), or fail with the post.
+    /// Posts the open bundle of `conn`; its queued sends complete when it does
+    /// (see `Slot::carried`), or fail with the post.
     fn post_bundle(&mut self, conn: u64) -> Result<()> {
         self.open_tx.retain(|&k| k != conn);
         let Some(c) = self.conns.get_mut(&conn) else {
@@ -357,27 +357,31 @@ impl Engine {
             };
             self.submit(op, post)
         });
-        let failure = match &posted {
+        match &posted {
             Ok(op) => {
+                let records = waiting.len() as u64;
                 self.count_send(*op);
+                if let Some(s) = self.slot_mut(*op) {
+                    s.carried = waiting;
+                } else {
+                    self.settle_queued(waiting, None);
+                }
                 if let Some(tx) = self.tx(conn) {
                     tx.bundles += 1;
                 }
                 if !lone {
                     BUNDLES.fetch_add(1, Ordering::Relaxed);
-                    RECORDS.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                    RECORDS.fetch_add(records, Ordering::Relaxed);
                 }
                 if write.is_some() {
                     self.count_slot_write();
                 }
-                None
             }
-            Err(e) => Some(format!(
-                "posting a bundle of {} sends failed: {e}",
-                waiting.len()
-            )),
-        };
-        self.settle_queued(waiting, failure.as_deref());
+            Err(e) => {
+                let f = format!("posting a bundle of {} sends failed: {e}", waiting.len());
+                self.settle_queued(waiting, Some(&f));
+            }
+        }
         posted.map(drop)
     }
 
@@ -395,12 +399,17 @@ impl Engine {
         let mut at = bundle::HEADER;
         let mut posted = 0;
         let mut failure = None;
-        for &(_, len, tag) in &waiting {
+        for &(q, len, tag) in &waiting {
             let bytes: Box<[u8]> = buf[at + bundle::RECORD..at + bundle::RECORD + len].into();
             at += bundle::record_bytes(len);
             match self.send_owned(dest, tag, bytes, Owner::BundleTx, Some(conn)) {
                 Ok(op) => {
                     self.count_send(op);
+                    if let Some(s) = self.slot_mut(op) {
+                        s.carried.push((q, len, tag));
+                    } else {
+                        self.settle_queued(vec![(q, len, tag)], None);
+                    }
                     if let Some(tx) = self.tx(conn) {
                         tx.bundles += 1;
                     }
@@ -419,7 +428,6 @@ impl Engine {
         }
         SINGLES.fetch_add(posted as u64, Ordering::Relaxed);
         let unposted = waiting.split_off(posted);
-        self.settle_queued(waiting, None);
         self.settle_queued(unposted, failure.as_deref());
         match failure {
             Some(m) => Err(Error::system(m)),
@@ -428,7 +436,11 @@ impl Engine {
     }
 
     /// Ends the queued sends of a bundle that went out (`None`) or failed.
-    fn settle_queued(&mut self, waiting: Vec<(OpId, usize, u64)>, failure: Option<&str>) {
+    pub(in crate::engine) fn settle_queued(
+        &mut self,
+        waiting: Vec<(OpId, usize, u64)>,
+        failure: Option<&str>,
+    ) {
         for (q, len, _) in waiting {
             let Some(s) = self.slot_mut(q) else { continue };
             if s.owner == Owner::Orphan {
@@ -490,16 +502,19 @@ impl Engine {
         }
     }
 
-    /// A bundle's send completed: its buffer goes back to the connection; a failure
-    /// fails the connection (later requests report it).
-    pub(in crate::engine) fn bundle_sent(&mut self, idx: u32, failure: Option<String>) {
+    /// A bundle's send completed (`failure`: why not, and whether it was
+    /// cancelled): the sends it carries end with it, its buffer goes back to the
+    /// connection; a failure other than a cancellation fails the connection
+    /// (later requests report it).
+    pub(in crate::engine) fn bundle_sent(&mut self, idx: u32, failure: Option<(String, bool)>) {
         let s = &mut self.slots[idx as usize];
-        let (conn, buf) = (s.conn, s.buf.take());
+        let (conn, buf, carried) = (s.conn, s.buf.take(), std::mem::take(&mut s.carried));
         self.release(idx);
+        self.settle_queued(carried, failure.as_ref().map(|(m, _)| m.as_str()));
         let Some(c) = conn.and_then(|k| self.conns.get_mut(&k)) else {
             return;
         };
-        if let Some(m) = failure {
+        if let Some((m, false)) = failure {
             c.failed.get_or_insert(m);
         }
         if let (Some(tx), Some(buf)) = (c.tx.as_mut(), buf)
