@@ -106,7 +106,10 @@ impl Device {
                 ""
             },
             match writes {
-                Some((lo, hi)) => format!("for sends of {lo}-{hi} bytes"),
+                Some((lo, hi)) => format!(
+                    "for sends of {lo}-{hi} bytes (TCP congestion control {})",
+                    cfg.tcp_cc.as_deref().unwrap_or("unknown")
+                ),
                 None => "off".to_owned(),
             }
         );

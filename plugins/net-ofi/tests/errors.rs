@@ -248,6 +248,20 @@ fn shm_loopback_writes() {
     p.finish(Duration::from_secs(60));
 }
 
+/// Writes past what the old 24-bit length field could say, the range set to
+/// reach them (by default only where the TCP congestion control is not BBR):
+/// a send of 16 MiB + 4,099 bytes lands as one write of its exact size.
+#[test]
+fn tcp_loopback_large_writes() {
+    let seed = rand::random::<u32>().to_string();
+    let mut env = provider_env("tcp;ofi_rxm");
+    env.push(("CCLKIT_OFI_WRITE_BYTES", "16385-268435455".to_owned()));
+    let args = ["loopback", "12", &seed, "writes", "large"];
+    let mut p = Peer::spawn("loopback", &args, &env);
+    p.expect("WRITES ok", Duration::from_secs(60));
+    p.finish(Duration::from_secs(60));
+}
+
 /// Bundle slots on shm, with bundles and writes forced on (both are off there
 /// by default): slot addresses are virtual addresses, as on the write path.
 #[test]

@@ -11,7 +11,7 @@
 //! cclkit-ofi-peer transfer <8|12> <send|recv> <seed> <rounds>
 //! cclkit-ofi-peer death    <8|12> <victim|survivor>
 //! cclkit-ofi-peer idle     <8|12> <idler|waiter> <idle_ms>
-//! cclkit-ofi-peer loopback <8|12> <seed> [truncate] [bundles]
+//! cclkit-ofi-peer loopback <8|12> <seed> [truncate] [bundles] [writes] [large]
 //! cclkit-ofi-peer limits   <8|12> <seed> [nobundles]
 //! cclkit-ofi-peer nodev
 //! cclkit-ofi-peer stream   <8|12> <send|recv> <size> <iters> <window>
@@ -72,6 +72,7 @@ fn run(args: &[String]) -> R<()> {
             args[3..].iter().any(|a| a == "truncate"),
             args[3..].iter().any(|a| a == "bundles"),
             args[3..].iter().any(|a| a == "writes"),
+            args[3..].iter().any(|a| a == "large"),
         ),
         Some("limits") => limits::check(
             abi(args.get(1))?,

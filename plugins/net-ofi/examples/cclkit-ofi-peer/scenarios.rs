@@ -114,7 +114,14 @@ pub fn transfer(abi: Abi, sender: bool, seed: u64, rounds: usize) -> R<()> {
 /// One process connected to itself: both directions at once, a truncated
 /// receive, MR re-registration, bundles (`bundles.rs`), writes (`writes.rs`),
 /// and closing comms with requests in flight.
-pub fn loopback(abi: Abi, seed: u64, truncate: bool, bundles: bool, writes: bool) -> R<()> {
+pub fn loopback(
+    abi: Abi,
+    seed: u64,
+    truncate: bool,
+    bundles: bool,
+    writes: bool,
+    large: bool,
+) -> R<()> {
     // Buffers a request may still use when the comms close live past `flows::close`.
     let (mut big, mut small) = (vec![7u8; 10_000], vec![0u8; 100]);
     let mut pending = vec![0u8; 4096];
@@ -145,7 +152,7 @@ pub fn loopback(abi: Abi, seed: u64, truncate: bool, bundles: bool, writes: bool
         crate::slots::check(&mut l, seed)?;
     }
     if writes {
-        crate::writes::check(&mut l, seed)?;
+        crate::writes::check(&mut l, seed, large)?;
     }
     if truncate {
         truncation(&mut l, &mut big, &mut small)?;

@@ -6,7 +6,9 @@
 //! - a receive without a registration is not offered: the send finds no offer,
 //!   goes as a tagged message and arrives intact;
 //! - a send under the range goes as a tagged message into an offered receive,
-//!   whose offer is then dropped.
+//!   whose offer is then dropped;
+//! - with `large` (the range set to reach it), a send of 16 MiB + 4,099 bytes,
+//!   past what 24 bits of length could say, lands as one write of its exact size.
 
 use cclkit_host::net::{Mr, RecvBuffer, Request};
 use cclkit_net_ofi::{WriteCounts, write_counts};
@@ -18,7 +20,7 @@ use crate::pattern::{fill, first_mismatch};
 const SENTINEL: u8 = 0x5c;
 
 /// Runs the checks; prints `WRITES ok`.
-pub fn check(l: &mut Link, seed: u64) -> R<()> {
+pub fn check(l: &mut Link, seed: u64, large: bool) -> R<()> {
     one(l, seed, 70_001, 100_003, true, |d| {
         (d.writes == 1 && d.landed == 1)
             .then_some(())
@@ -40,6 +42,20 @@ pub fn check(l: &mut Link, seed: u64) -> R<()> {
             .then_some(())
             .ok_or("the send was not written")
     })?;
+    if large {
+        one(
+            l,
+            seed + 4,
+            (16 << 20) + 4_099,
+            (16 << 20) + 8_192,
+            true,
+            |d| {
+                (d.writes == 1 && d.landed == 1)
+                    .then_some(())
+                    .ok_or("the send was not written")
+            },
+        )?;
+    }
     say("WRITES ok");
     Ok(())
 }

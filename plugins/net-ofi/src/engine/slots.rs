@@ -45,7 +45,7 @@ pub(in crate::engine) const SLOTS: usize = 8;
 /// in flight has one on the wire and the rest waiting for the next bundle).
 pub(in crate::engine) const SLOT_BYTES: usize = 128 << 10;
 /// First token of the slots: tokens of single receives' offers stay below.
-pub(in crate::engine) const SLOT_TOKEN0: u16 = 0xfff0;
+pub(in crate::engine) const SLOT_TOKEN0: u16 = 0xff0;
 /// Slot offers a sender keeps (a peer repeating offers cannot grow the list).
 const MAX_HELD_OFFERS: usize = 2 * SLOTS;
 

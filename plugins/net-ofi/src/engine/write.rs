@@ -42,7 +42,9 @@ const CTS_BUFFERS: usize = 8;
 /// peer nothing: its receive completes by a tagged send instead).
 const MAX_OFFERS: usize = 1024;
 /// Length bits in a write's CQ data.
-const LEN_BITS: u32 = 24;
+const LEN_BITS: u32 = 28;
+/// Token bits in a write's CQ data (receive offers below `SLOT_TOKEN0`, slots from it).
+const TOKEN_BITS: u32 = 12;
 
 static OFFERS: AtomicU64 = AtomicU64::new(0);
 static WRITES: AtomicU64 = AtomicU64::new(0);
@@ -115,10 +117,10 @@ struct Token {
     cap: usize,
 }
 
-/// A write's CQ data: comm id (16) | token (16) | generation (8) | length (24).
+/// A write's CQ data: comm id (16) | token (12) | generation (8) | length (28).
 pub(in crate::engine) fn cq_data(comm_id: u16, token: u16, generation: u8, len: usize) -> u64 {
     (u64::from(comm_id) << 48)
-        | (u64::from(token) << 32)
+        | ((u64::from(token) & ((1 << TOKEN_BITS) - 1)) << (LEN_BITS + 8))
         | (u64::from(generation) << LEN_BITS)
         | (len as u64 & ((1 << LEN_BITS) - 1))
 }
@@ -127,7 +129,7 @@ pub(in crate::engine) fn cq_data(comm_id: u16, token: u16, generation: u8, len: 
 fn parse_cq_data(data: u64) -> (u16, u16, u8, usize) {
     (
         (data >> 48) as u16,
-        (data >> 32) as u16,
+        ((data >> (LEN_BITS + 8)) & ((1 << TOKEN_BITS) - 1)) as u16,
         (data >> LEN_BITS) as u8,
         (data & ((1 << LEN_BITS) - 1)) as usize,
     )
@@ -252,6 +254,11 @@ impl Engine {
             return;
         };
         match Cts::decode(&buf[..n.min(buf.len())]) {
+            // The write's CQ data could not name it (no receiver of ours sends one).
+            Some(cts) if u32::from(cts.token) >= 1 << TOKEN_BITS => nccl_warn!(
+                "NET/OFI: ignored a clear-to-write naming token {:#x} (tokens have {TOKEN_BITS} bits)",
+                cts.token
+            ),
             Some(cts) if cts.slot => {
                 ARRIVED.fetch_add(1, Ordering::Relaxed);
                 self.slot_offered(conn, cts);
@@ -506,7 +513,8 @@ mod tests {
     fn cq_data_round_trips_every_field() {
         for (c, t, g, l) in [
             (0u16, 0u16, 0u8, 0usize),
-            (0xffff, 0xffff, 0xff, (1 << 24) - 1),
+            (0xffff, 0xfff, 0xff, (1 << 28) - 1),
+            (0x8001, SLOT_TOKEN0, 1, 16 << 20),
             (513, 7, 200, 65_536 + 3),
         ] {
             assert_eq!(parse_cq_data(cq_data(c, t, g, l)), (c, t, g, l));

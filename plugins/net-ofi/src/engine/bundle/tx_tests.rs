@@ -1,6 +1,7 @@
 //! Unit tests of the sending side's slot bookkeeping (`tx.rs`).
 
 use super::*;
+use crate::engine::slots::SLOT_TOKEN0;
 
 fn offer(token: u16) -> Cts {
     Cts {
@@ -31,12 +32,12 @@ fn slots_count_once_the_receiver_offered_one() {
     // sends wait for one.
     assert_eq!(tx.max_queued(), tx.max_record());
     assert_eq!(tx.buf_len(), 16_128);
-    assert!(tx.take_slot_offer(offer(0xfff0), 4));
+    assert!(tx.take_slot_offer(offer(SLOT_TOKEN0), 4));
     assert_eq!(tx.max_queued(), 16_384);
     assert_eq!(tx.buf_len(), SLOT_BYTES);
     // Offers past the bound are dropped.
     for t in 1..10 {
-        assert!(tx.take_slot_offer(offer(0xfff0 + t), 4));
+        assert!(tx.take_slot_offer(offer(SLOT_TOKEN0 + t), 4));
     }
     assert_eq!(tx.slots.len(), 4);
     // A connection that asked for none refuses them.
@@ -44,7 +45,7 @@ fn slots_count_once_the_receiver_offered_one() {
         max: 16_128,
         ..Tx::default()
     };
-    assert!(!plain.take_slot_offer(offer(0xfff0), 4));
+    assert!(!plain.take_slot_offer(offer(SLOT_TOKEN0), 4));
     assert_eq!(plain.max_queued(), plain.max_record());
 }
 
