@@ -6,6 +6,7 @@
 //! cargo build --release -p cclkit-net-ofi --example cclkit-ofi-peer
 //! cargo bench -p cclkit-net-ofi --bench ofi_stream \
 //!     [-- --quick] [--provider 'tcp;ofi_rxm'] [--sizes-kib 4,64,1024] [--rounds 41]
+//!     [--cc cubic]
 //! ```
 //! Default sizes: 4 KiB (bundled), 12 KiB (bundled, into the receiver's bundle
 //! slots), 32 and 64 KiB (written), 512 KiB, 1 MiB, 4 MiB, 16 MiB.
@@ -18,6 +19,15 @@
 //! without progress, as NCCL's proxy thread does. The last column is the share of
 //! the plugin's sends that travelled in bundles (`src/bundle.rs`) and how many a
 //! bundle carried.
+//!
+//! The table also shows, from the same rounds, the kernel's one-way TCP stream
+//! (one `write` per message): not a baseline, but what the machine's TCP stack
+//! gives traffic of the shape of the plugin's RMA writes. The first line names the
+//! TCP congestion control in effect. `--cc ALGO` (root) runs both processes in a
+//! private network namespace whose congestion control is ALGO, leaving the
+//! machine's setting alone: with BBR, this kernel's default, one-way loopback
+//! streams fall into a slow state now and then (docs/PERFORMANCE.md, "Twelfth
+//! pass"), which `--cc cubic` (Linux's usual default) shows apart.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -83,15 +93,26 @@ fn main() {
         Some(p) => vec![p],
         None => vec!["tcp;ofi_rxm".into(), "shm".into()],
     };
+    let netns = opt("--cc").map(|cc| Netns::new(&cc));
+    match &netns {
+        Some(ns) => println!(
+            "TCP congestion control: {} (private network namespace {})\n",
+            ns.cc, ns.name
+        ),
+        None => println!(
+            "TCP congestion control: {} (this machine's)\n",
+            std::fs::read_to_string(CC_PATH).map_or("unknown".into(), |s| s.trim().to_owned())
+        ),
+    }
     println!(
-        "| provider | size | raw libfabric MB/s | cclkit-ofi MB/s | ratio | median round ratio (range) | sends bundled (per bundle) | sends written |"
+        "| provider | size | raw libfabric MB/s | cclkit-ofi MB/s | ratio | median round ratio (range) | sends bundled (per bundle) | sends written | one-way TCP MB/s |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for provider in providers.iter().map(String::as_str) {
         for &size in &sizes {
-            let r = run(provider, size, rounds);
+            let r = run(provider, size, rounds, netns.as_ref());
             println!(
-                "| {provider} | {} | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.0} % ({:.1}) | {:.0} % |",
+                "| {provider} | {} | {:.0} | {:.0} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.0} % ({:.1}) | {:.0} % | {:.0} |",
                 show_size(size),
                 r[0],
                 r[1],
@@ -101,7 +122,8 @@ fn main() {
                 r[4],
                 r[5] * 100.0,
                 r[6],
-                r[7] * 100.0
+                r[7] * 100.0,
+                r[8]
             );
         }
     }
@@ -123,14 +145,89 @@ fn env_for(provider: &str) -> Vec<(&'static str, String)> {
     env
 }
 
+/// Where the kernel keeps the TCP congestion control (per network namespace).
+const CC_PATH: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+
+/// A private network namespace (loopback up) with its own TCP congestion
+/// control; removed on drop.
+struct Netns {
+    name: String,
+    cc: String,
+}
+
+impl Netns {
+    fn new(cc: &str) -> Netns {
+        let available = std::fs::read_to_string(
+            CC_PATH.replace("congestion_control", "available_congestion_control"),
+        )
+        .unwrap_or_default();
+        assert!(
+            available.split_whitespace().any(|a| a == cc),
+            "--cc {cc}: this kernel offers {:?}",
+            available.trim()
+        );
+        let ns = Netns {
+            name: format!("cclkit-bench-{}", std::process::id()),
+            cc: cc.to_owned(),
+        };
+        ip(&["netns", "add", &ns.name]);
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        let set = format!("echo {cc} > {CC_PATH} && cat {CC_PATH}");
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "sh", "-c", &set])
+            .output()
+            .expect("run ip netns exec");
+        let now = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && now.trim() == cc,
+            "--cc {cc}: setting it in {} failed: {}{}",
+            ns.name,
+            now,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// Runs `ip ARGS`, panicking with its message when it fails (`--cc` needs root).
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("--cc needs iproute2's `ip`: {e}"));
+    assert!(
+        out.status.success(),
+        "ip {}: {} (--cc needs root)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
 struct Proc {
     child: Child,
     lines: Receiver<String>,
 }
 
 impl Proc {
-    fn spawn(args: &[String], env: &[(&str, String)]) -> Proc {
-        let mut child = Command::new(peer_path())
+    /// Starts the peer with `args`, inside `netns` when given.
+    fn spawn(args: &[String], env: &[(&str, String)], netns: Option<&Netns>) -> Proc {
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name]).arg(peer_path());
+                c
+            }
+            None => Command::new(peer_path()),
+        };
+        let mut child = cmd
             .args(args)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::piped())
@@ -176,8 +273,8 @@ impl Drop for Proc {
 
 /// One sender/receiver pair; returns [raw MB/s, plugin MB/s, median round
 /// ratio, lowest, highest, share of the plugin's sends bundled, sends per bundle,
-/// share written].
-fn run(provider: &str, size: usize, rounds: usize) -> [f64; 8] {
+/// share written, one-way TCP MB/s].
+fn run(provider: &str, size: usize, rounds: usize, netns: Option<&Netns>) -> [f64; 9] {
     let count = (BURST_BYTES / size).max(4);
     let args = |side: &str| -> Vec<String> {
         ["mixed", side, provider]
@@ -187,14 +284,16 @@ fn run(provider: &str, size: usize, rounds: usize) -> [f64; 8] {
             .collect()
     };
     let env = env_for(provider);
-    let mut s = Proc::spawn(&args("send"), &env);
-    let mut r = Proc::spawn(&args("recv"), &env);
+    let mut s = Proc::spawn(&args("send"), &env, netns);
+    let mut r = Proc::spawn(&args("recv"), &env, netns);
     let (rs, rr) = (s.expect("RAWADDR "), r.expect("RAWADDR "));
+    let port = r.expect("TCPPORT ");
     let (hs, hr) = (s.expect("HANDLE "), r.expect("HANDLE "));
     s.tell(&format!("PEER {hr}"));
     r.tell(&format!("PEER {hs}"));
     s.tell(&format!("RAWPEER {rr}"));
     r.tell(&format!("RAWPEER {rs}"));
+    s.tell(&format!("TCPPEER {port}"));
     let result = s.expect("RESULT ");
     s.expect("OK");
     r.expect("OK");
@@ -214,5 +313,6 @@ fn run(provider: &str, size: usize, rounds: usize) -> [f64; 8] {
         field("bundled"),
         field("per_bundle"),
         field("written"),
+        field("tcp"),
     ]
 }

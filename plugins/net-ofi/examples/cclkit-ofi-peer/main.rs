@@ -31,6 +31,7 @@ mod scenarios;
 mod settled;
 mod slots;
 mod stream;
+mod tcp;
 mod writes;
 
 use net::{Abi, R};

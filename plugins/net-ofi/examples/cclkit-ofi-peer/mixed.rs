@@ -5,7 +5,9 @@
 //! so both see the same machine load; the sender prints
 //! `RESULT raw=<MB/s> plugin=<MB/s> median=<ratio> low=<ratio> high=<ratio>
 //! bundled=<share of its sends in bundles> per_bundle=<sends per bundle>
-//! written=<share of its sends that went as RMA writes>`.
+//! written=<share of its sends that went as RMA writes> tcp=<MB/s>`. A third
+//! stream, the kernel's one-way TCP stream (`tcp.rs`), runs in the same rounds
+//! as an indicator of the machine's TCP stack, not as a baseline.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use cclkit_net_ofi::fabric::{Av, Cq, Domain, Endpoint, Fabric, Hints, MemIface, 
 use cclkit_net_ofi::sys;
 
 use crate::net::{Abi, Net, R};
+use crate::tcp::{TcpListen, TcpOneWay};
 use crate::{flows, stream};
 
 /// In-flight transfers per direction (NCCL_STEPS).
@@ -51,16 +54,32 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
         "RAWADDR {}",
         flows::hex(&raw.ep.name().map_err(|e| e.to_string())?)
     ));
+    let listen = if sender {
+        None
+    } else {
+        let l = TcpListen::open()?;
+        flows::say(&format!("TCPPORT {}", l.port()?));
+        Some(l)
+    };
     let mut link = flows::link(Net::init(Abi::V12)?)?;
     let line = flows::hear()?;
     raw.connect(&unhex_name(
         line.strip_prefix("RAWPEER ").ok_or("RAWPEER line")?,
     )?)?;
+    let mut tcp = match listen {
+        Some(l) => l.accept(size)?,
+        None => {
+            let line = flows::hear()?;
+            let port = line.strip_prefix("TCPPEER ").ok_or("TCPPEER line")?;
+            TcpOneWay::connect(port.parse().map_err(|e| format!("TCP port: {e}"))?, size)?
+        }
+    };
     let mut plugin = stream::PluginStream::new(&mut link, sender, size, WINDOW)?;
 
     raw.phase(WINDOW * 2)?;
     plugin.phase(&mut link, WINDOW * 2)?;
-    let (mut t_raw, mut t_plugin) = (Duration::ZERO, Duration::ZERO);
+    tcp.phase(WINDOW * 2)?;
+    let (mut t_raw, mut t_plugin, mut t_tcp) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let mut ratios = Vec::new();
     for round in 0..rounds {
         let (r, p) = if round % 2 == 0 {
@@ -72,6 +91,7 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
         };
         t_raw += r;
         t_plugin += p;
+        t_tcp += tcp.phase(count)?;
         ratios.push(r.as_secs_f64() / p.as_secs_f64());
     }
     if sender {
@@ -81,7 +101,7 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
         let b = cclkit_net_ofi::bundle_counts();
         let sends = (count * rounds + WINDOW * 2) as f64;
         flows::say(&format!(
-            "RESULT raw={:.1} plugin={:.1} median={:.3} low={:.3} high={:.3} bundled={:.3} per_bundle={:.2} written={:.3}",
+            "RESULT raw={:.1} plugin={:.1} median={:.3} low={:.3} high={:.3} bundled={:.3} per_bundle={:.2} written={:.3} tcp={:.1}",
             bytes / t_raw.as_secs_f64() / 1e6,
             bytes / t_plugin.as_secs_f64() / 1e6,
             ratios[ratios.len() / 2],
@@ -93,7 +113,8 @@ pub fn mixed_peer(args: &[String]) -> R<()> {
             } else {
                 0.0
             },
-            cclkit_net_ofi::write_counts().writes as f64 / sends
+            cclkit_net_ofi::write_counts().writes as f64 / sends,
+            bytes / t_tcp.as_secs_f64() / 1e6
         ));
     }
     plugin.close(&mut link)?;
