@@ -180,10 +180,10 @@ struct Slot {
     /// A receive other than a bundle receive, in the provider's queue until its
     /// completion is read: counted in `Engine::rx_posted`.
     in_rx_queue: bool,
-    /// The queued sends a bundle carries (op, bytes, data tag): they complete
-    /// with it, not when it is posted, so their requests stay pending, and NCCL
-    /// keeps calling `test` (which drives the provider), until the provider has
-    /// the bytes out of its hands (`bundle/tx.rs`).
+    /// The queued send (op, bytes, data tag) a bundle holds back: the last it
+    /// carries completes with it, not when it is posted, so a request stays
+    /// pending, and NCCL keeps calling `test` (which drives the provider), until
+    /// the provider has the bundle out of its hands (`bundle/tx.rs`).
     carried: Vec<(OpId, usize, u64)>,
 }
 

@@ -285,8 +285,9 @@ impl Engine {
         self.conns.get_mut(&conn).and_then(|c| c.tx.as_mut())
     }
 
-    /// Posts the open bundle of `conn`; its queued sends complete when it does
-    /// (see `Slot::carried`), or fail with the post.
+    /// Posts the open bundle of `conn`; its queued sends complete now but the
+    /// last, which completes with it (see `Slot::carried`), or all fail with
+    /// the post.
     fn post_bundle(&mut self, conn: u64) -> Result<()> {
         self.open_tx.retain(|&k| k != conn);
         let Some(c) = self.conns.get_mut(&conn) else {
@@ -361,10 +362,16 @@ impl Engine {
             Ok(op) => {
                 let records = waiting.len() as u64;
                 self.count_send(*op);
+                // All but the last complete now (their bytes are copied), so the
+                // caller posts more while this bundle flies; the last completes
+                // with it, so the caller keeps calling until it is out.
+                let mut waiting = waiting;
+                let last = waiting.split_off(waiting.len().saturating_sub(1));
+                self.settle_queued(waiting, None);
                 if let Some(s) = self.slot_mut(*op) {
-                    s.carried = waiting;
+                    s.carried = last;
                 } else {
-                    self.settle_queued(waiting, None);
+                    self.settle_queued(last, None);
                 }
                 if let Some(tx) = self.tx(conn) {
                     tx.bundles += 1;
