@@ -24,6 +24,10 @@ const MAX_TX_BUNDLES: u32 = 4;
 const MAX_OPEN: Duration = Duration::from_micros(200);
 /// Longest a bundle that outgrew a tagged one waits for a slot.
 const MAX_SLOT_WAIT: Duration = Duration::from_micros(50);
+/// How long a bundle opened on an idle connection (a send for a slot) waits
+/// for the sends posted right after it: a stream's next sends come within
+/// microseconds and join it, where a lone send would take a slot each.
+const GATHER: Duration = Duration::from_micros(10);
 /// Emptied bundle buffers a connection keeps for its next bundles.
 const SPARE_BUFFERS: usize = 4;
 /// The sending side of a connection that bundles.
@@ -52,6 +56,8 @@ pub struct Tx {
     slot: Option<Cts>,
     /// The receiver has offered a slot (so it has them).
     slot_offered: bool,
+    /// Until when the open bundle, opened on an idle connection, gathers.
+    gather: Option<Instant>,
 }
 
 impl std::fmt::Debug for Tx {
@@ -160,24 +166,30 @@ impl Engine {
         desc: usize,
         tag: u64,
     ) -> Result<OpId> {
-        let queue = self
-            .conns
-            .get(&conn)
-            .and_then(|c| c.tx.as_ref())
-            .is_some_and(|tx| len <= tx.max_queued() && (tx.inflight > 0 || tx.open.is_some()));
+        // A send above a tagged bundle's size goes into a slot even on an idle
+        // connection, when one is on offer: `ofi_rxm` would segment it (or
+        // make it a rendezvous), copying through bounce buffers on both sides
+        // anyway, in steps that each need the other side's progress, where a
+        // slot write is one message. With ranks sharing cores those steps cost
+        // 200 µs an operation (3 ranks on 2 CPUs, 32 KiB `sendrecv`).
+        let (queue, now) = self.tx_ref(conn).map_or((false, false), |tx| {
+            let busy = tx.inflight > 0 || tx.open.is_some();
+            let slot = (tx.max + 1..=tx.slot_record).contains(&len)
+                && tx.slots_on()
+                && !tx.slots.is_empty();
+            ((busy && len <= tx.max_queued()) || slot, !busy)
+        });
         if queue {
             // SAFETY: NCCL's buffer holds `len` bytes (caller's contract).
             let payload = unsafe { std::slice::from_raw_parts(buf, len) };
             if let Some(op) = self.queue_send(conn, tag, payload)? {
+                if let Some(tx) = self.tx(conn).filter(|_| now) {
+                    tx.gather = tx.opened.map(|t| t + GATHER);
+                }
                 return Ok(op);
             }
         }
-        // Only sends the provider completes on its own count (`Tx::inflight`): a
-        // larger one (a rendezvous) completes once the receiver posted its
-        // receive, which may wait for a record in the open bundle.
-        let counted = self
-            .tx(conn)
-            .is_some_and(|tx| len <= tx.max.max(tx.slot_record));
+        let counted = self.completes_alone(conn, len, false);
         let dest = self.conn(conn)?.peer;
         let op = self.alloc(Owner::Caller, false, Some(conn), None);
         let post = Post::Send {
@@ -195,19 +207,34 @@ impl Engine {
         Ok(op)
     }
 
-    /// Counts a posted data send in its connection's in-flight sends.
+    /// Whether a send of `len` bytes on `conn` (an RMA write into a slot when
+    /// `write`) completes without the receiver's help: only those count in
+    /// `Tx::inflight`, which an open bundle waits to drain. A tagged send larger
+    /// than an eager message (`ofi_rxm` segments it, or makes it a rendezvous)
+    /// completes only as its receiver takes it; waiting for it cost every
+    /// bundle behind it the 200 µs bound when ranks shared cores (3 ranks on 2
+    /// CPUs, 32 KiB `sendrecv`: 250 µs an operation instead of 45).
+    fn completes_alone(&mut self, conn: u64, len: usize, write: bool) -> bool {
+        self.tx(conn).is_some_and(|tx| write || len <= tx.max)
+    }
+
+    /// Counts a posted data send in its connection's in-flight sends (and a
+    /// bundle's among its bundles in flight).
     fn count_send(&mut self, op: OpId) {
         let Some(s) = self.slot_mut(op) else { return };
         if matches!(s.state, State::Done(_) | State::Failed(_)) {
             return;
         }
         s.data_send = true;
-        let conn = s.conn;
+        let (conn, bundle) = (s.conn, s.owner == Owner::BundleTx);
         if let Some(tx) = conn
             .and_then(|k| self.conns.get_mut(&k))
             .and_then(|c| c.tx.as_mut())
         {
             tx.inflight += 1;
+            if bundle {
+                tx.bundles += 1;
+            }
         }
     }
 
@@ -267,6 +294,7 @@ impl Engine {
                 tx.spare.push(w.finish().0);
             }
             tx.opened = None;
+            tx.gather = None;
             if let Some(slot) = tx.slot.take() {
                 tx.slots.push(slot);
             }
@@ -285,6 +313,10 @@ impl Engine {
         self.conns.get_mut(&conn).and_then(|c| c.tx.as_mut())
     }
 
+    fn tx_ref(&self, conn: u64) -> Option<&Tx> {
+        self.conns.get(&conn).and_then(|c| c.tx.as_ref())
+    }
+
     /// Posts the open bundle of `conn`; its queued sends complete now but the
     /// last, which completes with it (see `Slot::carried`), or all fail with
     /// the post.
@@ -301,11 +333,12 @@ impl Engine {
             return Ok(());
         };
         tx.opened = None;
+        tx.gather = None;
         let waiting = std::mem::take(&mut tx.waiting);
         let (buf, used) = w.finish();
-        // A bundle larger than a tagged one is written into its slot; any other
-        // hands its slot back.
-        let grown = used > tx.max && waiting.len() > 1;
+        // A bundle larger than a tagged one (a lone record too: `ofi_rxm` would
+        // segment it) is written into its slot; any other hands its slot back.
+        let grown = used > tx.max;
         let slot = match tx.slot.take() {
             None if grown => tx.slots.pop(),
             s => s,
@@ -319,11 +352,12 @@ impl Engine {
             None if grown => return self.post_singles(conn, dest, buf, waiting),
             None => None,
         };
-        // A lone record goes out as the message it stands for, from the bundle
-        // buffer: its receive then completes as a plain one (no copy, nothing
-        // to withdraw).
+        // A lone record not written into a slot goes out as the message it
+        // stands for, from the bundle buffer: its receive then completes as a
+        // plain one (no copy, nothing to withdraw).
+        let lone = waiting.len() == 1 && write.is_none();
         let (from, len, tag) = match waiting[..] {
-            [(_, len, tag)] => (
+            [(_, len, tag)] if lone => (
                 buf.as_ptr() as usize + bundle::HEADER + bundle::RECORD,
                 len,
                 tag,
@@ -335,7 +369,6 @@ impl Engine {
             ),
         };
         let comm_id = tx.comm_id;
-        let lone = waiting.len() == 1;
         let op = self.alloc(Owner::BundleTx, false, Some(conn), Some(buf));
         let posted = self.ctrl_desc(op, from, len).and_then(|desc| {
             let post = match write {
@@ -361,7 +394,9 @@ impl Engine {
         match &posted {
             Ok(op) => {
                 let records = waiting.len() as u64;
-                self.count_send(*op);
+                if self.completes_alone(conn, len, write.is_some()) {
+                    self.count_send(*op);
+                }
                 // All but the last complete now (their bytes are copied), so the
                 // caller posts more while this bundle flies; the last completes
                 // with it, so the caller keeps calling until it is out.
@@ -372,9 +407,6 @@ impl Engine {
                     s.carried = last;
                 } else {
                     self.settle_queued(last, None);
-                }
-                if let Some(tx) = self.tx(conn) {
-                    tx.bundles += 1;
                 }
                 if !lone {
                     BUNDLES.fetch_add(1, Ordering::Relaxed);
@@ -411,14 +443,13 @@ impl Engine {
             at += bundle::record_bytes(len);
             match self.send_owned(dest, tag, bytes, Owner::BundleTx, Some(conn)) {
                 Ok(op) => {
-                    self.count_send(op);
+                    if self.completes_alone(conn, len, false) {
+                        self.count_send(op);
+                    }
                     if let Some(s) = self.slot_mut(op) {
                         s.carried.push((q, len, tag));
                     } else {
                         self.settle_queued(vec![(q, len, tag)], None);
-                    }
-                    if let Some(tx) = self.tx(conn) {
-                        tx.bundles += 1;
                     }
                     posted += 1;
                 }
@@ -472,7 +503,8 @@ impl Engine {
                 let wants = tx.wants_slot();
                 let bound = if wants { MAX_SLOT_WAIT } else { MAX_OPEN };
                 let overdue = tx.opened.is_some_and(|t| t.elapsed() >= bound);
-                (tx.inflight == 0 && !wants, overdue)
+                let gathered = tx.gather.is_none_or(|t| Instant::now() >= t);
+                (tx.inflight == 0 && !wants && gathered, overdue)
             });
             match due {
                 (true, _) => {}
@@ -537,6 +569,8 @@ impl Engine {
         self.open_tx.retain(|&k| k != conn);
         let Some(tx) = self.tx(conn) else { return };
         tx.open = None;
+        tx.opened = None;
+        tx.gather = None;
         tx.slot = None;
         for (q, _, _) in std::mem::take(&mut tx.waiting) {
             let Some(s) = self.slot_mut(q) else { continue };
