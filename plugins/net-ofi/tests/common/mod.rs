@@ -141,6 +141,14 @@ impl Peer {
         }
     }
 
+    /// Sends `line` to a peer that may have finished already (a hint it need not
+    /// read): a closed pipe is not an error.
+    pub fn hint(&mut self, line: &str) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = writeln!(stdin, "{line}").and_then(|()| stdin.flush());
+        }
+    }
+
     /// Sends one line to the peer's stdin.
     pub fn tell(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
