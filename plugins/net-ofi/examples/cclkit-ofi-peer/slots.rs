@@ -10,7 +10,9 @@
 //!   arrive intact, in order;
 //! - two bursts with sends in the write range (40,000 and 65,000 bytes, their
 //!   receives not offered), written into one to three slots each (a send too
-//!   large for the open bundle's room goes into a slot of its own).
+//!   large for the open bundle's room goes into a slot of its own);
+//! - a 30,001-byte send on an idle connection goes into a slot too, where
+//!   `ofi_rxm` would segment it.
 
 use cclkit_host::net::Request;
 use cclkit_net_ofi::{BundleCounts, bundle_counts};
@@ -54,6 +56,9 @@ pub fn check(l: &mut Link, seed: u64) -> R<()> {
         offers_read(l, start.slot_offers_read + written)?;
         one_round(l, &WIDE, seed + 100 + round, round == 1)?;
     }
+    let written = bundle_counts().written - start.written;
+    offers_read(l, start.slot_offers_read + written)?;
+    idle_send(l, seed ^ 0x1d1e)?;
     say("SLOTS ok");
     Ok(())
 }
@@ -218,6 +223,28 @@ fn one_round(l: &mut Link, sizes: &[usize], seed: u64, posted_first: bool) -> R<
     if !posted_first && d.early == 0 {
         return Err(format!(
             "receives posted after the burst met no early record: {d:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// A send above a tagged bundle on an idle connection goes into a slot, one
+/// message, where `ofi_rxm` would segment it: one slot write, one record.
+fn idle_send(l: &mut Link, seed: u64) -> R<()> {
+    const SIZE: [usize; 1] = [30_001];
+    let data = payloads(&SIZE, seed);
+    let before = bundle_counts();
+    let mut sends = burst(l, &data, TAG + 50)?;
+    progress_until(l, &mut sends, "an idle send's slot write", |now| {
+        now.written > before.written
+    })?;
+    receive_each(l, &SIZE, seed, TAG + 50)?;
+    wait_sends(l, sends)?;
+    let d = delta(&before);
+    if (d.written, d.records, d.singles) != (1, 1, 0) {
+        return Err(format!(
+            "a 30,001-byte send on an idle connection: expected one slot write of \
+             one record, got {d:?}"
         ));
     }
     Ok(())

@@ -150,10 +150,11 @@ impl Engine {
         }
     }
 
-    /// Posts a tagged send of NCCL memory, or (a small send while the connection
-    /// has sends in flight) copies it into the open bundle; the operation then
-    /// completes when the bundle is posted. Only connections of devices that offer
-    /// host memory alone bundle (`OfiNet::device`), so the copy reads host memory.
+    /// Posts a tagged send of NCCL memory, or copies it into the open bundle (a
+    /// small send while the connection has sends in flight, or one for a slot);
+    /// the operation then completes when the bundle is posted, or, as its last,
+    /// when the bundle's send does. Only connections of devices that offer host
+    /// memory alone bundle (`OfiNet::device`), so the copy reads host memory.
     ///
     /// # Safety
     /// `buf` must stay valid for `len` bytes until the operation completes or is
@@ -214,8 +215,8 @@ impl Engine {
     /// completes only as its receiver takes it; waiting for it cost every
     /// bundle behind it the 200 µs bound when ranks shared cores (3 ranks on 2
     /// CPUs, 32 KiB `sendrecv`: 250 µs an operation instead of 45).
-    fn completes_alone(&mut self, conn: u64, len: usize, write: bool) -> bool {
-        self.tx(conn).is_some_and(|tx| write || len <= tx.max)
+    fn completes_alone(&self, conn: u64, len: usize, write: bool) -> bool {
+        self.tx_ref(conn).is_some_and(|tx| write || len <= tx.max)
     }
 
     /// Counts a posted data send in its connection's in-flight sends (and a

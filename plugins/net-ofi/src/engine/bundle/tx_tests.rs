@@ -52,7 +52,7 @@ fn slots_count_once_the_receiver_offered_one() {
 #[test]
 fn a_grown_bundle_takes_a_slot_or_waits_for_one() {
     let mut tx = slotted();
-    assert!(tx.take_slot_offer(offer(0xfff3), 8));
+    assert!(tx.take_slot_offer(offer(SLOT_TOKEN0 + 3), 8));
     let mut w = Writer::with_limit(vec![0u8; SLOT_BYTES].into_boxed_slice(), SLOT_BYTES);
     w.push(1, &[7u8; 9_000]);
     tx.open = Some(w);
@@ -64,7 +64,7 @@ fn a_grown_bundle_takes_a_slot_or_waits_for_one() {
     }
     // Grown past it: takes the slot on offer.
     assert!(!tx.wants_slot());
-    assert_eq!(tx.slot.map(|s| s.token), Some(0xfff3));
+    assert_eq!(tx.slot.map(|s| s.token), Some(SLOT_TOKEN0 + 3));
     // With none left, the next grown bundle waits.
     tx.slot = None;
     assert!(tx.wants_slot());
