@@ -586,5 +586,4 @@ impl Engine {
 }
 
 #[cfg(test)]
-#[path = "tx_tests.rs"]
 mod tests;
