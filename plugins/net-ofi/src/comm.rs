@@ -269,7 +269,9 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
         // Slot bundles take sends of up to half a slot: those in the write
         // range too, when their receive's offer has not come (else they are
         // written straight into it).
-        e.enable_slot_tx(conn, usize::MAX);
+        if dev.slots {
+            e.enable_slot_tx(conn);
+        }
     }
     drop(e);
     // `pending` drops here, returning its control id unless the connection

@@ -236,17 +236,32 @@ fn loopback(provider: &str, abi: &str, truncate: bool) {
     p.finish(Duration::from_secs(60));
 }
 
+/// The `loopback` scenario on `provider` with `extra` settings and `flags`,
+/// expecting `checks` (each check's `... ok` line) in order.
+fn loopback_checks(
+    provider: &str,
+    extra: &[(&'static str, &str)],
+    flags: &[&str],
+    checks: &[&str],
+) {
+    let seed = rand::random::<u32>().to_string();
+    let mut env = provider_env(provider);
+    env.extend(extra.iter().map(|&(k, v)| (k, v.to_owned())));
+    let mut args = vec!["loopback", "12", &seed];
+    args.extend_from_slice(flags);
+    let mut p = Peer::spawn("loopback", &args, &env);
+    for check in checks {
+        p.expect(&format!("{check} ok"), Duration::from_secs(60));
+    }
+    p.finish(Duration::from_secs(60));
+}
+
 /// The write path on shm, forced on with tcp's default range: its addresses are
 /// virtual addresses (`FI_MR_VIRT_ADDR`), where tcp's are offsets.
 #[test]
 fn shm_loopback_writes() {
-    let seed = rand::random::<u32>().to_string();
-    let mut env = provider_env("shm");
-    env.push(("CCLKIT_OFI_WRITE_BYTES", "16385-131071".to_owned()));
-    let args = ["loopback", "12", &seed, "writes"];
-    let mut p = Peer::spawn("loopback", &args, &env);
-    p.expect("WRITES ok", Duration::from_secs(60));
-    p.finish(Duration::from_secs(60));
+    let range = [("CCLKIT_OFI_WRITE_BYTES", "16385-131071")];
+    loopback_checks("shm", &range, &["writes"], &["WRITES"]);
 }
 
 /// Writes past what the old 24-bit length field could say, the range set to
@@ -254,29 +269,20 @@ fn shm_loopback_writes() {
 /// a send of 16 MiB + 4,099 bytes lands as one write of its exact size.
 #[test]
 fn tcp_loopback_large_writes() {
-    let seed = rand::random::<u32>().to_string();
-    let mut env = provider_env("tcp;ofi_rxm");
-    env.push(("CCLKIT_OFI_WRITE_BYTES", "16385-268435455".to_owned()));
-    let args = ["loopback", "12", &seed, "writes", "large"];
-    let mut p = Peer::spawn("loopback", &args, &env);
-    p.expect("WRITES ok", Duration::from_secs(60));
-    p.finish(Duration::from_secs(60));
+    let range = [("CCLKIT_OFI_WRITE_BYTES", "16385-268435455")];
+    loopback_checks("tcp;ofi_rxm", &range, &["writes", "large"], &["WRITES"]);
 }
 
 /// Bundle slots on shm, with bundles and writes forced on (both are off there
 /// by default): slot addresses are virtual addresses, as on the write path.
 #[test]
 fn shm_loopback_slots() {
-    let seed = rand::random::<u32>().to_string();
-    let mut env = provider_env("shm");
-    env.push(("CCLKIT_OFI_WRITE_BYTES", "16385-131071".to_owned()));
-    env.push(("CCLKIT_OFI_BUNDLE_BYTES", "16128".to_owned()));
-    let args = ["loopback", "12", &seed, "bundles", "writes"];
-    let mut p = Peer::spawn("loopback", &args, &env);
-    p.expect("BUNDLES ok", Duration::from_secs(60));
-    p.expect("SLOTS ok", Duration::from_secs(60));
-    p.expect("WRITES ok", Duration::from_secs(60));
-    p.finish(Duration::from_secs(60));
+    let forced = [
+        ("CCLKIT_OFI_WRITE_BYTES", "16385-131071"),
+        ("CCLKIT_OFI_BUNDLE_BYTES", "16128"),
+    ];
+    let flags = ["bundles", "writes"];
+    loopback_checks("shm", &forced, &flags, &["BUNDLES", "SLOTS", "WRITES"]);
 }
 
 #[test]

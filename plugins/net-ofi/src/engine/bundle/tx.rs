@@ -24,10 +24,6 @@ const MAX_TX_BUNDLES: u32 = 4;
 const MAX_OPEN: Duration = Duration::from_micros(200);
 /// Longest a bundle that outgrew a tagged one waits for a slot.
 const MAX_SLOT_WAIT: Duration = Duration::from_micros(50);
-/// How long a bundle opened on an idle connection (a send for a slot) waits
-/// for the sends posted right after it: a stream's next sends come within
-/// microseconds and join it, where a lone send would take a slot each.
-const GATHER: Duration = Duration::from_micros(10);
 /// Emptied bundle buffers a connection keeps for its next bundles.
 const SPARE_BUFFERS: usize = 4;
 /// The sending side of a connection that bundles.
@@ -56,8 +52,6 @@ pub struct Tx {
     slot: Option<Cts>,
     /// The receiver has offered a slot (so it has them).
     slot_offered: bool,
-    /// Until when the open bundle, opened on an idle connection, gathers.
-    gather: Option<Instant>,
 }
 
 impl std::fmt::Debug for Tx {
@@ -142,11 +136,12 @@ impl Engine {
     }
 
     /// Lets connection `conn`, which bundles and writes, bundle into the slots
-    /// its receiver offers: sends of up to `record` bytes (at most half a slot)
-    /// then queue behind sends in flight.
-    pub fn enable_slot_tx(&mut self, conn: u64, record: usize) {
+    /// its receiver offers: sends of up to half a slot then queue behind sends
+    /// in flight, and those above a tagged bundle go into a slot on an idle
+    /// connection too.
+    pub fn enable_slot_tx(&mut self, conn: u64) {
         if let Some(tx) = self.tx(conn) {
-            tx.slot_record = record.min(SLOT_BYTES / 2 - bundle::HEADER - bundle::RECORD);
+            tx.slot_record = SLOT_BYTES / 2 - bundle::HEADER - bundle::RECORD;
         }
     }
 
@@ -173,20 +168,15 @@ impl Engine {
         // anyway, in steps that each need the other side's progress, where a
         // slot write is one message. With ranks sharing cores those steps cost
         // 200 µs an operation (3 ranks on 2 CPUs, 32 KiB `sendrecv`).
-        let (queue, now) = self.tx_ref(conn).map_or((false, false), |tx| {
+        let queue = self.tx_ref(conn).is_some_and(|tx| {
             let busy = tx.inflight > 0 || tx.open.is_some();
-            let slot = (tx.max + 1..=tx.slot_record).contains(&len)
-                && tx.slots_on()
-                && !tx.slots.is_empty();
-            ((busy && len <= tx.max_queued()) || slot, !busy)
+            let slot = len > tx.max && tx.slots_on() && !tx.slots.is_empty();
+            len <= tx.max_queued() && (busy || slot)
         });
         if queue {
             // SAFETY: NCCL's buffer holds `len` bytes (caller's contract).
             let payload = unsafe { std::slice::from_raw_parts(buf, len) };
             if let Some(op) = self.queue_send(conn, tag, payload)? {
-                if let Some(tx) = self.tx(conn).filter(|_| now) {
-                    tx.gather = tx.opened.map(|t| t + GATHER);
-                }
                 return Ok(op);
             }
         }
@@ -295,7 +285,6 @@ impl Engine {
                 tx.spare.push(w.finish().0);
             }
             tx.opened = None;
-            tx.gather = None;
             if let Some(slot) = tx.slot.take() {
                 tx.slots.push(slot);
             }
@@ -334,7 +323,6 @@ impl Engine {
             return Ok(());
         };
         tx.opened = None;
-        tx.gather = None;
         let waiting = std::mem::take(&mut tx.waiting);
         let (buf, used) = w.finish();
         // A bundle larger than a tagged one (a lone record too: `ofi_rxm` would
@@ -504,8 +492,7 @@ impl Engine {
                 let wants = tx.wants_slot();
                 let bound = if wants { MAX_SLOT_WAIT } else { MAX_OPEN };
                 let overdue = tx.opened.is_some_and(|t| t.elapsed() >= bound);
-                let gathered = tx.gather.is_none_or(|t| Instant::now() >= t);
-                (tx.inflight == 0 && !wants && gathered, overdue)
+                (tx.inflight == 0 && !wants, overdue)
             });
             match due {
                 (true, _) => {}
@@ -571,7 +558,6 @@ impl Engine {
         let Some(tx) = self.tx(conn) else { return };
         tx.open = None;
         tx.opened = None;
-        tx.gather = None;
         tx.slot = None;
         for (q, _, _) in std::mem::take(&mut tx.waiting) {
             let Some(s) = self.slot_mut(q) else { continue };
