@@ -305,11 +305,14 @@ fn shm_loopback_threads_and_close_in_flight() {
 fn tcp_limits_bundle_time_bound_and_full_receive_queue() {
     // Writes off: the scenario's arithmetic gives the standing-receive budget
     // to two comms' bundle buffers, and a writing send comm's offer receives
-    // would take a share of it.
+    // would take a share of it. The SAR limit makes the 40 KB send a rendezvous
+    // on every libfabric (2.x's `ofi_rxm` completes a segmented send of that
+    // size before its receive is posted).
     limits(
         &[
             ("CCLKIT_OFI_BUNDLE_BYTES", "65536"),
             ("CCLKIT_OFI_WRITE_BYTES", "0"),
+            ("FI_OFI_RXM_SAR_LIMIT", "16384"),
         ],
         false,
     );
