@@ -42,6 +42,12 @@ pub struct SendComm {
     /// The receiver offers write targets (`engine/write.rs`): only then does a
     /// send look for an offer.
     pub writes: bool,
+    /// The send (NCCL tag, sequence number) waiting for its offer, since when.
+    pub held: Option<(i32, u32, std::time::Instant)>,
+    /// Sends still to post without waiting for offers (waits were slow).
+    pub no_wait: u32,
+    /// Average wait for offers, ns (`data::isend`).
+    pub wait_avg_ns: u64,
 }
 
 /// The receiving side of a connection.
@@ -283,6 +289,9 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
         comm_id: reply.comm_id,
         seqs: Seqs::default(),
         writes: writes.is_some(),
+        held: None,
+        no_wait: 0,
+        wait_avg_ns: 0,
     }))
 }
 

@@ -2,6 +2,7 @@
 //! `test` drives progress and, while a request waits, the peer liveness check.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cclkit_abi::net::{Buf, RecvBuf, Sizes};
 use cclkit_abi::{Error, Result};
@@ -9,7 +10,7 @@ use cclkit_abi::{Error, Result};
 use crate::comm::{RecvComm, SendComm};
 use crate::config::MAX_RECVS_LIMIT;
 use crate::device::Device;
-use crate::engine::{Engine, OpId, Poll};
+use crate::engine::{Engine, OpId, Poll, count_offer_wait};
 use crate::fabric::MemIface;
 use crate::mr::MrRef;
 
@@ -127,6 +128,59 @@ fn admit(e: &mut Engine, conn: u64) -> Result<bool> {
     Ok(c.requests < MAX_REQUESTS)
 }
 
+/// How long a send of `len` bytes waits for an offer that is on its way (see
+/// [`await_offer`]) before it goes without: 16 us plus the send's time at
+/// 2 GB/s. A stream's sender, paced by its receiver's offers, waited 5-9 us on
+/// average at 24-64 KiB (loopback, libfabric 1.17 and 2.6); one whose wait
+/// runs out goes as a tagged send or into a bundle slot.
+fn offer_wait(len: usize) -> Duration {
+    Duration::from_nanos(16_000 + len as u64 / 2)
+}
+
+/// Sends a connection posts without waiting for offers once its waits have
+/// been slow (see [`slow_wait_ns`]).
+const OFFER_BACKOFF: u32 = 64;
+
+/// Average wait for offers (ns) past which a connection stops waiting for
+/// [`OFFER_BACKOFF`] sends: 8 us plus the send's time at 4 GB/s
+/// (24 KiB: 14 us). A stream's sender, paced by its receiver's offers, waited
+/// 5-9 us on average at 24-64 KiB; a receiver that is not running when its
+/// offer is due (ranks sharing cores) keeps it waiting 25-45 us at 24 KiB (2-3
+/// ranks on 2 CPUs), where without waiting the send completes alone (a bundle
+/// slot) and the wait only delays the operation (3 ranks, 24 KiB `sendrecv`:
+/// 53 us an operation without waiting, 97 with).
+fn slow_wait_ns(len: usize) -> u64 {
+    8_000 + len as u64 / 4
+}
+
+/// Whether `isend` should give NCCL no request yet, to be called again when the
+/// send's offer has come: a send in the write range whose offer is missing,
+/// whose receiver offered one of the sends just before it
+/// ([`Engine::offer_expected`]): a stream's sender runs ahead of its receiver,
+/// which offers each receive as it posts it. For at most [`offer_wait`], and
+/// not for [`OFFER_BACKOFF`] sends once waits have been slow on average
+/// ([`slow_wait_ns`]). Written, the send lands in NCCL's buffer in one message,
+/// where the tagged send `ofi_rxm` makes of it is segmented through bounce
+/// buffers or a rendezvous (streams of 32-128 KiB on libfabric 2.6: 1.2-2.4x
+/// raw libfabric instead of 0.7-0.9x; docs/PERFORMANCE.md).
+fn await_offer(e: &mut Engine, comm: &mut SendComm, tag: i32, len: usize) -> Result<bool> {
+    let seq = comm.seqs.peek(tag);
+    if !comm.writes || !e.offer_missing(comm.conn, tag, seq, len) {
+        return Ok(false);
+    }
+    // Its offer may be in the completion queue already.
+    e.progress();
+    if comm.no_wait > 0 || !e.offer_expected(comm.conn, tag, seq, len) {
+        return Ok(false);
+    }
+    let now = Instant::now();
+    let since = match comm.held {
+        Some((t, s, since)) if t == tag && s == seq => since,
+        _ => comm.held.insert((tag, seq, now)).2,
+    };
+    Ok(now.duration_since(since) < offer_wait(len))
+}
+
 /// `isend`: one tagged send to the comm's peer.
 pub fn isend(
     comm: &mut SendComm,
@@ -139,14 +193,26 @@ pub fn isend(
     if !admit(&mut e, comm.conn)? {
         return Ok(None);
     }
+    if await_offer(&mut e, comm, tag, buf.len())? {
+        return Ok(None);
+    }
+    match comm.held.take() {
+        Some((t, s, since)) if (t, s) == (tag, comm.seqs.peek(tag)) => {
+            count_offer_wait(!e.offer_missing(comm.conn, tag, s, buf.len()));
+            // Average wait, the newest weighing 1/8.
+            let waited = since.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
+            comm.wait_avg_ns = (comm.wait_avg_ns * 7 + waited) / 8;
+            if comm.wait_avg_ns > slow_wait_ns(buf.len()) {
+                comm.wait_avg_ns = 0;
+                comm.no_wait = OFFER_BACKOFF;
+            }
+        }
+        _ => comm.no_wait = comm.no_wait.saturating_sub(1),
+    }
     let (desc, temp) = desc_for(&mut e, &dev, mr, &buf)?;
     // Taken only once the send will be posted (or fail for good): a number
     // skipped here would pair every later send with the wrong receive.
     let seq = comm.seqs.next(tag);
-    if comm.writes && e.offer_missing(comm.conn, tag, seq, buf.len()) {
-        // Its offer may be in the completion queue already.
-        e.progress();
-    }
     let tag64 = e.layout().data(comm.comm_id, seq, tag);
     // SAFETY: NCCL keeps `buf` valid until the request completes; `desc` covers it.
     let posted = unsafe {

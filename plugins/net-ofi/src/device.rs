@@ -143,7 +143,7 @@ impl Drop for Device {
             "NET/OFI: closing device {} ({}): {} posts waited for room in the provider's queues \
              (-FI_EAGAIN, or entries kept for bundle receives), {} registrations left; this \
              process so far: {} receives offered for writes, {} sends written ({} in range \
-             found no offer), {} writes landed; {} sends in {} bundles ({} into slots, {} \
+             found no offer; {} waited for theirs, {} waits ran out), {} writes landed; {} sends in {} bundles ({} into slots, {} \
              overdue), {} sends alone for want of a slot",
             self.index,
             self.name,
@@ -152,6 +152,8 @@ impl Drop for Device {
             w.offers,
             w.writes,
             w.missed,
+            w.waited,
+            w.expired,
             w.landed,
             b.records,
             b.bundles,

@@ -92,6 +92,14 @@ impl Seqs {
         self.0.push((tag, 1));
         0
     }
+
+    /// The sequence number [`Seqs::next`] would return for `tag`, without taking it.
+    pub fn peek(&self, tag: i32) -> u32 {
+        self.0
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map_or(0, |&(_, s)| s)
+    }
 }
 
 #[cfg(test)]
@@ -114,6 +122,17 @@ mod tests {
         assert_eq!(l.comm_of(l.ctrl(Ctrl::Bundle, 0xbeef)), None);
         let n = TagLayout::new(60).unwrap();
         assert_eq!(n.comm_of(n.data(0xffff, u32::MAX, -1)), Some(0xffff));
+    }
+
+    #[test]
+    fn peek_does_not_take() {
+        let mut s = Seqs::default();
+        assert_eq!(s.peek(5), 0);
+        assert_eq!(s.next(5), 0);
+        assert_eq!((s.peek(5), s.peek(5), s.peek(6)), (1, 1, 0));
+        assert_eq!(s.next(5), 1);
+        assert_eq!(s.next(6), 0);
+        assert_eq!(s.peek(5), 2);
     }
 
     #[test]

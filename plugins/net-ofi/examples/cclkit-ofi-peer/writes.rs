@@ -7,6 +7,12 @@
 //!   goes as a tagged message and arrives intact;
 //! - a send under the range goes as a tagged message into an offered receive,
 //!   whose offer is then dropped;
+//! - a sender ahead of its receiver: once a tag's receives have been offered, a
+//!   send whose offer has not come yet, with a send before it in flight, waits
+//!   for it (`isend` gives no request) and is written when it comes; a send
+//!   whose receive is never offered waits only a bounded time, then goes
+//!   tagged, and once such waits have been slow the connection stops waiting
+//!   for a while;
 //! - with `large` (the range set to reach it), a send of 16 MiB + 4,099 bytes,
 //!   past what 24 bits of length could say, lands as one write of its exact size.
 
@@ -42,6 +48,7 @@ pub fn check(l: &mut Link, seed: u64, large: bool) -> R<()> {
             .then_some(())
             .ok_or("the send was not written")
     })?;
+    ahead(l, seed + 5)?;
     if large {
         one(
             l,
@@ -110,7 +117,7 @@ fn one(
         std::thread::sleep(std::time::Duration::from_micros(200));
         spins += 1;
     }
-    let s = send(l, &sbuf, &smr)?;
+    let s = send(l, 77, &sbuf, &smr)?;
     wait(Side::Send(&mut l.send), s)?;
     let sizes = wait(Side::Recv(&mut l.recv), r)?;
     if sizes != [len] {
@@ -129,6 +136,8 @@ fn one(
         landed: now.landed - before.landed,
         missed: now.missed - before.missed,
         arrived: now.arrived - before.arrived,
+        waited: now.waited - before.waited,
+        expired: now.expired - before.expired,
     };
     expect(&delta).map_err(|m| format!("{len} bytes into {cap}: {m} ({delta:?})"))?;
     if let Some(m) = rmr {
@@ -137,12 +146,174 @@ fn one(
     l.send.dereg_mr(smr).map_err(err)
 }
 
+/// How each send of [`ahead`] meets its receive.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ahead {
+    /// The receive is posted, and its offer read, before the send.
+    Offered,
+    /// The send comes first (the send before it still in flight): `isend` must
+    /// give no request until the receive is posted; then it is written.
+    Waits,
+    /// The receive is never offered (not registered): `isend` waits a bounded time, then posts it tagged; once such
+    /// waits have been slow, the connection stops waiting and posts at once.
+    NeverOffered,
+}
+
+/// Most never-offered sends before the connection must have stopped waiting.
+const SLOW_WAITS: usize = 12;
+
+/// Sends posted before their receives, as by a sender running ahead in a stream,
+/// and the cases where such a send must not wait (see [`Ahead`]).
+fn ahead(l: &mut Link, seed: u64) -> R<()> {
+    const TAG: i32 = 78;
+    use Ahead::*;
+    let mut cases = vec![Offered];
+    cases.extend([Waits; 8]);
+    cases.extend([NeverOffered; SLOW_WAITS + 1]);
+    let len = |i: usize| 30_011 - 7 * i;
+    let before = write_counts();
+    let n = cases.len();
+    let mut rbufs: Vec<Vec<u8>> = (0..n).map(|i| vec![SENTINEL; len(i) + 5]).collect();
+    let mut sbufs: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let mut b = vec![0u8; len(i)];
+            fill(seed, i as u64, &mut b);
+            b
+        })
+        .collect();
+    let mut mrs = Vec::new();
+    for (i, (r, s)) in rbufs.iter_mut().zip(sbufs.iter_mut()).enumerate() {
+        let rmr = if cases[i] == NeverOffered {
+            None
+        } else {
+            // SAFETY: the buffers outlive their registrations, released below.
+            Some(unsafe { Side::Recv(&mut l.recv).reg_mr(r) }?)
+        };
+        // SAFETY: as above.
+        let smr = unsafe { Side::Send(&mut l.send).reg_mr(s) }?;
+        mrs.push((rmr, smr));
+    }
+    let mut in_flight: Option<Request> = None;
+    // Never-offered sends that waited before one was posted at once.
+    let mut slow = None;
+    for (i, &case) in cases.iter().enumerate() {
+        let rspec = RecvBuffer {
+            data: rbufs[i].as_mut_ptr(),
+            size: rbufs[i].len(),
+            tag: TAG,
+            mr: mrs[i].0.as_ref(),
+        };
+        let post_recv = |l: &mut Link| {
+            // SAFETY: `rbufs[i]` outlives the request, waited for below.
+            unsafe { l.recv.irecv(&[rspec], false) }
+                .map_err(err)?
+                .ok_or_else(|| "irecv not accepted".to_string())
+        };
+        let (sbuf, smr) = (&sbufs[i], &mrs[i].1);
+        // SAFETY: `sbuf` outlives any request, waited for below.
+        let try_send = |l: &mut Link| unsafe {
+            l.send
+                .isend(sbuf.as_ptr(), sbuf.len(), TAG, Some(smr))
+                .map_err(err)
+        };
+        let (s, r) = match case {
+            Offered => {
+                let mut r = post_recv(l)?;
+                let arrived = write_counts().arrived;
+                let deadline = std::time::Instant::now() + flows::WAIT;
+                while write_counts().arrived == arrived {
+                    check_deadline(deadline, "an offer to reach the send comm")?;
+                    if Side::Recv(&mut l.recv).test(&mut r)?.is_some() {
+                        return Err("a receive completed before anything was sent".into());
+                    }
+                }
+                (send(l, TAG, sbuf, smr)?, r)
+            }
+            Waits => {
+                if try_send(l)?.is_some() {
+                    return Err(format!(
+                        "send {i} went before its receive was posted: it did not wait for the offer"
+                    ));
+                }
+                let r = post_recv(l)?;
+                (send(l, TAG, sbuf, smr)?, r)
+            }
+            NeverOffered => {
+                let t0 = std::time::Instant::now();
+                let s = match try_send(l)? {
+                    Some(s) => {
+                        slow = Some(i - cases.iter().position(|&c| c == NeverOffered).unwrap_or(i));
+                        s
+                    }
+                    None => send(l, TAG, sbuf, smr)?,
+                };
+                if t0.elapsed() > std::time::Duration::from_secs(1) {
+                    return Err(format!(
+                        "send {i}, whose receive is never offered, waited {:?} in isend",
+                        t0.elapsed()
+                    ));
+                }
+                (s, post_recv(l)?)
+            }
+        };
+        if let Some(prev) = in_flight.replace(s) {
+            wait(Side::Send(&mut l.send), prev)?;
+        }
+        let sizes = wait(Side::Recv(&mut l.recv), r)?;
+        if sizes != [len(i)] {
+            return Err(format!(
+                "send {i}: received sizes {sizes:?}, sent {}",
+                len(i)
+            ));
+        }
+        if let Some(at) = first_mismatch(seed, i as u64, &rbufs[i][..len(i)]) {
+            return Err(format!("send {i}: byte {at} of {} differs", len(i)));
+        }
+        if rbufs[i][len(i)..].iter().any(|&b| b != SENTINEL) {
+            return Err(format!(
+                "send {i}: bytes past the {} sent were written",
+                len(i)
+            ));
+        }
+        if slow.is_some() {
+            break;
+        }
+    }
+    if let Some(s) = in_flight.take() {
+        wait(Side::Send(&mut l.send), s)?;
+    }
+    let slow = slow.ok_or(format!(
+        "{SLOW_WAITS} sends in a row waited for offers that never came: the connection never \
+         stopped waiting"
+    ))?;
+    let now = write_counts();
+    let got = (
+        now.writes - before.writes,
+        now.missed - before.missed,
+        now.waited - before.waited,
+        now.expired - before.expired,
+    );
+    let want = (9, 1 + slow as u64, 8, slow as u64);
+    if got != want {
+        return Err(format!(
+            "a sender ahead: (written, missed, waited, expired) = {got:?}, want {want:?}"
+        ));
+    }
+    for (rmr, smr) in mrs {
+        if let Some(m) = rmr {
+            l.recv.dereg_mr(m).map_err(err)?;
+        }
+        l.send.dereg_mr(smr).map_err(err)?;
+    }
+    Ok(())
+}
+
 /// `isend` until it posts (NCCL calls again when it returns no request).
-fn send(l: &mut Link, buf: &[u8], mr: &Mr) -> R<Request> {
+fn send(l: &mut Link, tag: i32, buf: &[u8], mr: &Mr) -> R<Request> {
     let deadline = std::time::Instant::now() + flows::WAIT;
     loop {
         // SAFETY: the caller keeps `buf` alive until the request completed.
-        let posted = unsafe { l.send.isend(buf.as_ptr(), buf.len(), 77, Some(mr)) };
+        let posted = unsafe { l.send.isend(buf.as_ptr(), buf.len(), tag, Some(mr)) };
         if let Some(r) = posted.map_err(err)? {
             return Ok(r);
         }

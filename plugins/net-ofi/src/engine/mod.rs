@@ -35,7 +35,7 @@ pub use bundle::{BundleCounts, bundle_counts};
 pub use conns::Conn;
 use conns::Ids;
 pub use progress::cq_reads;
-pub use write::{WriteCounts, write_counts};
+pub use write::{WriteCounts, count_offer_wait, write_counts};
 
 /// Identifies one posted operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

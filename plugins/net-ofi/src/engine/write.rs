@@ -11,11 +11,15 @@
 //! remote CQ data: the receive is done with len,
 //!        its tagged post is withdrawn                 else: tagged send as always
 //! ```
-//! Nobody waits for an offer: a send that finds none (it was posted before its
-//! receive, or its size is out of range) is a tagged send that matches the
-//! posted receive as before, and the offer goes stale (the sender drops offers
-//! for sequence numbers it has passed). Tokens carry a generation, so a write
-//! naming a receive that already completed is refused.
+//! A send whose receiver has been offering the sends before it waits for its
+//! own offer a little (`isend` gives NCCL no request, `data::isend`): a
+//! stream's sender runs ahead of its receiver, and without waiting nearly every
+//! send found no offer on libfabric 2.x. Any other send that finds none (its
+//! receive is never offered, its wait ran out, or its size is out of range) is
+//! a tagged send that matches the posted receive as before, and the offer goes
+//! stale (the sender drops offers for sequence numbers it has passed). Tokens
+//! carry a generation, so a write naming a receive that already completed is
+//! refused.
 //!
 //! On `tcp;ofi_rxm` a write of 32-96 KiB ran 1.1-1.6x a tagged send of the
 //! same size (`docs/PERFORMANCE.md`): rxm sends those in 16 KiB segments through
@@ -41,6 +45,9 @@ const CTS_BUFFERS: usize = 8;
 /// Offers a send comm keeps at most; past that the oldest goes (each costs the
 /// peer nothing: its receive completes by a tagged send instead).
 const MAX_OFFERS: usize = 1024;
+/// How far behind a send the latest offer of its tag may be for the send to
+/// wait for its own (two windows of `NCCL_STEPS`).
+const OFFER_LAG: u32 = 16;
 /// Length bits in a write's CQ data.
 const LEN_BITS: u32 = 28;
 /// Token bits in a write's CQ data (receive offers below `SLOT_TOKEN0`, slots from it).
@@ -51,6 +58,8 @@ static WRITES: AtomicU64 = AtomicU64::new(0);
 static LANDED: AtomicU64 = AtomicU64::new(0);
 static MISSED: AtomicU64 = AtomicU64::new(0);
 static ARRIVED: AtomicU64 = AtomicU64::new(0);
+static WAITED: AtomicU64 = AtomicU64::new(0);
+static EXPIRED: AtomicU64 = AtomicU64::new(0);
 
 /// What the write path did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,6 +74,10 @@ pub struct WriteCounts {
     pub missed: u64,
     /// Offers read by send comms (used, stale or not).
     pub arrived: u64,
+    /// Sends that waited in `isend` for their offer and got it.
+    pub waited: u64,
+    /// Sends whose wait for an offer ran out (they went without it).
+    pub expired: u64,
 }
 
 /// This process's [`WriteCounts`] so far.
@@ -75,7 +88,15 @@ pub fn write_counts() -> WriteCounts {
         landed: LANDED.load(Ordering::Relaxed),
         missed: MISSED.load(Ordering::Relaxed),
         arrived: ARRIVED.load(Ordering::Relaxed),
+        waited: WAITED.load(Ordering::Relaxed),
+        expired: EXPIRED.load(Ordering::Relaxed),
     }
+}
+
+/// Counts a send that waited for its offer: it came (`got`) or the wait ran out.
+pub fn count_offer_wait(got: bool) {
+    let c = if got { &WAITED } else { &EXPIRED };
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The sending side of a connection that writes.
@@ -91,6 +112,9 @@ pub struct WriteTx {
     offers: VecDeque<Cts>,
     /// Next sequence number per NCCL tag: offers behind it are stale.
     sent: Vec<(i32, u32)>,
+    /// Latest sequence number per NCCL tag an offer arrived for (used, stale or
+    /// not): a receiver that offered the sends just before one will offer it too.
+    seen: Vec<(i32, u32)>,
 }
 
 /// The receiving side of a connection that takes writes.
@@ -166,6 +190,7 @@ impl Engine {
             range,
             offers: VecDeque::new(),
             sent: Vec::new(),
+            seen: Vec::new(),
         });
         self.bundle_rx_standing += CTS_BUFFERS;
         for _ in 0..CTS_BUFFERS {
@@ -265,6 +290,11 @@ impl Engine {
             }
             Some(cts) => {
                 ARRIVED.fetch_add(1, Ordering::Relaxed);
+                match w.seen.iter_mut().find(|(t, _)| *t == cts.tag) {
+                    Some((_, s)) if before(*s, cts.seq) => *s = cts.seq,
+                    Some(_) => {}
+                    None => w.seen.push((cts.tag, cts.seq)),
+                }
                 let stale = w
                     .sent
                     .iter()
@@ -289,11 +319,8 @@ impl Engine {
 
     /// Whether the send of sequence number `seq` for NCCL tag `tag` (`len` bytes)
     /// is in the write range and its receive's offer has not been read yet:
-    /// `isend` then reads the completion queue once more before it decides.
-    /// It never waits longer: a receive posted after its send is matched by a
-    /// tagged send (rxm keeps it until then), which keeps a sender that runs
-    /// ahead of its receiver (NCCL's and the runtime's first steps) as fast as
-    /// before, where waiting for offers made sends wait a message's round trip.
+    /// `isend` then reads the completion queue once more, and may wait for it
+    /// ([`Engine::offer_expected`]).
     pub fn offer_missing(&mut self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
         self.conns
             .get(&conn)
@@ -301,6 +328,23 @@ impl Engine {
             .is_some_and(|w| {
                 (w.range.0..=w.range.1).contains(&len)
                     && !w.offers.iter().any(|o| o.tag == tag && o.seq == seq)
+            })
+    }
+
+    /// Whether the offer for the send of sequence number `seq` of NCCL tag `tag`
+    /// (`len` bytes, in the write range) is missing but on its way: the receiver
+    /// offered one of the `OFFER_LAG` sends before it. A sender that runs ahead
+    /// of its receiver then waits a little for the offer (`data::isend`).
+    pub fn offer_expected(&self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.wtx.as_ref())
+            .is_some_and(|w| {
+                (w.range.0..=w.range.1).contains(&len)
+                    && !w.offers.iter().any(|o| o.tag == tag && o.seq == seq)
+                    && w.seen
+                        .iter()
+                        .any(|&(t, s)| t == tag && (1..=OFFER_LAG).contains(&seq.wrapping_sub(s)))
             })
     }
 
