@@ -321,7 +321,7 @@ impl Engine {
     /// is in the write range and its receive's offer has not been read yet:
     /// `isend` then reads the completion queue once more, and may wait for it
     /// ([`Engine::offer_expected`]).
-    pub fn offer_missing(&mut self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
+    pub fn offer_missing(&self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
         self.conns
             .get(&conn)
             .and_then(|c| c.wtx.as_ref())
@@ -336,16 +336,16 @@ impl Engine {
     /// offered one of the `OFFER_LAG` sends before it. A sender that runs ahead
     /// of its receiver then waits a little for the offer (`data::isend`).
     pub fn offer_expected(&self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
-        self.conns
-            .get(&conn)
-            .and_then(|c| c.wtx.as_ref())
-            .is_some_and(|w| {
-                (w.range.0..=w.range.1).contains(&len)
-                    && !w.offers.iter().any(|o| o.tag == tag && o.seq == seq)
-                    && w.seen
+        self.offer_missing(conn, tag, seq, len)
+            && self
+                .conns
+                .get(&conn)
+                .and_then(|c| c.wtx.as_ref())
+                .is_some_and(|w| {
+                    w.seen
                         .iter()
                         .any(|&(t, s)| t == tag && (1..=OFFER_LAG).contains(&seq.wrapping_sub(s)))
-            })
+                })
     }
 
     /// The send of sequence number `seq` for NCCL tag `tag` as a write, when the
