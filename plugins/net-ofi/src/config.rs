@@ -11,6 +11,7 @@
 //! | `CCLKIT_OFI_MR_CACHE` | 1 | 0 disables the registration cache |
 //! | `CCLKIT_OFI_GDR` | 1 | 0 reports host memory only even when the provider has `FI_HMEM` (escape hatch for a libfabric built without CUDA support) |
 //! | `CCLKIT_OFI_WRITE_BYTES` | on `ofi_rxm` stacks: sizes between its eager and SAR limits | `MIN-MAX` (bytes): sends in that range go as RMA writes into the receive buffer (README "Writes"); `0` = off |
+//! | `CCLKIT_OFI_OFFER_WAIT_US` | 16 µs + the send's time at 2 GB/s | longest a send in the write range waits for its receive's offer (README "Writes"), 0–1000000; `0` = never waits |
 //! | `CCLKIT_OFI_BUNDLE_SLOTS` | 1 | 0: bundles stay within one eager message (no bundle slots, README "Bundle slots"); slots need bundles and writes |
 //! | `CCLKIT_OFI_REGISTER_HOST` | 0 | 1 registers host memory even when the provider does not need it (as if `FI_MR_LOCAL`; exercises EFA's registration path on tcp/shm) |
 //!
@@ -55,6 +56,8 @@ pub struct Config {
     /// Bundles may outgrow one eager message into the receiver's slots
     /// (`CCLKIT_OFI_BUNDLE_SLOTS`).
     pub bundle_slots: bool,
+    /// Longest wait for an offer (`CCLKIT_OFI_OFFER_WAIT_US`); `None` = by size.
+    pub offer_wait_us: Option<u64>,
     /// The kernel's TCP congestion control in this network namespace, read at
     /// start (`None` when unreadable): it decides how far writes reach on
     /// socket providers (see [`Config::write_range_for`]).
@@ -72,6 +75,8 @@ const RXM_SAR_LIMIT: usize = 131072;
 /// what `ofi_rxm` sends eagerly in one message (its 16 KiB buffer, less its header
 /// and a margin), so a bundle costs one `sendmsg`.
 const RXM_BUFFER: usize = 16384;
+/// Bundle size on `tcp` without `ofi_rxm` (see [`Config::bundle_bytes_for`]).
+pub const NATIVE_TCP_BUNDLE: usize = 64 << 10;
 const RXM_MARGIN: usize = 256;
 
 const KNOWN: &[&str] = &[
@@ -86,6 +91,7 @@ const KNOWN: &[&str] = &[
     "CCLKIT_OFI_GDR",
     "CCLKIT_OFI_BUNDLE_BYTES",
     "CCLKIT_OFI_WRITE_BYTES",
+    "CCLKIT_OFI_OFFER_WAIT_US",
 ];
 
 fn list(value: &str) -> Option<Vec<String>> {
@@ -161,6 +167,9 @@ impl Config {
             Some(v) => Some(Some(write_range(&v)?)),
             None => None,
         };
+        let offer_wait_us = get("CCLKIT_OFI_OFFER_WAIT_US")
+            .map(|v| number("CCLKIT_OFI_OFFER_WAIT_US", &v, 0..=1_000_000))
+            .transpose()?;
         let limit = |name: &str| get(name).and_then(|v| v.trim().parse::<usize>().ok());
         Ok(Self {
             providers: get("CCLKIT_OFI_PROVIDER").as_deref().and_then(list),
@@ -183,6 +192,7 @@ impl Config {
                 limit("FI_OFI_RXM_SAR_LIMIT"),
             ),
             bundle_slots,
+            offer_wait_us,
             tcp_cc: None,
         })
     }
@@ -224,8 +234,12 @@ impl Config {
     /// The bundle size for `provider`: the setting, else on for providers that
     /// put every message on a kernel socket (`tcp`, `sockets`), where a message's
     /// system call costs more than copying it; off for the others (`shm` copies
-    /// anyway, NICs post from user space). Sized to `ofi_rxm`'s eager buffer
-    /// (`FI_OFI_RXM_BUFFER_SIZE` when set).
+    /// anyway, NICs post from user space). Under `ofi_rxm`, sized to its eager
+    /// buffer (`FI_OFI_RXM_BUFFER_SIZE` when set), beyond which it segments
+    /// messages; `tcp` alone (libfabric 2.x's own reliable endpoints, which
+    /// libfabric 2.x lists before `tcp;ofi_rxm`) has no such limit, and bundles
+    /// of [`NATIVE_TCP_BUNDLE`] streamed 8-24 KiB sends 1.1-1.9x raw libfabric
+    /// there, where 16 KiB bundles left them at 0.90-0.94x (docs/PERFORMANCE.md).
     pub fn bundle_bytes_for(&self, provider: &str) -> usize {
         if let Some(n) = self.bundle_bytes {
             return n;
@@ -233,6 +247,9 @@ impl Config {
         let sockets = provider.split(';').any(|p| p == "tcp" || p == "sockets");
         if !sockets {
             return 0;
+        }
+        if provider == "tcp" {
+            return NATIVE_TCP_BUNDLE;
         }
         self.rxm_buffer
             .unwrap_or(RXM_BUFFER)
@@ -289,6 +306,8 @@ mod tests {
         assert!(c.bundle_slots);
         assert_eq!(c.bundle_bytes, None);
         assert!(c.bundle_bytes_for("tcp;ofi_rxm") >= 1024);
+        assert_eq!(c.bundle_bytes_for("tcp;ofi_rxm"), 16384 - 256);
+        assert_eq!(c.bundle_bytes_for("tcp"), NATIVE_TCP_BUNDLE);
         assert_eq!(c.bundle_bytes_for("shm"), 0);
         assert_eq!(c.bundle_bytes_for("efa"), 0);
     }
@@ -403,6 +422,15 @@ mod tests {
 
     #[test]
     fn bad_numbers_are_errors() {
+        assert!(cfg(&[("CCLKIT_OFI_OFFER_WAIT_US", "1000001")]).is_err());
+        assert!(cfg(&[("CCLKIT_OFI_OFFER_WAIT_US", "-1")]).is_err());
+        assert_eq!(
+            cfg(&[("CCLKIT_OFI_OFFER_WAIT_US", " 0")])
+                .unwrap()
+                .offer_wait_us,
+            Some(0)
+        );
+        assert_eq!(cfg(&[]).unwrap().offer_wait_us, None);
         assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "9")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_MAX_RECVS", "0")]).is_err());
         assert!(cfg(&[("CCLKIT_OFI_MR_CACHE", "yes")]).is_err());

@@ -129,28 +129,32 @@ fn admit(e: &mut Engine, conn: u64) -> Result<bool> {
 }
 
 /// How long a send of `len` bytes waits for an offer that is on its way (see
-/// [`await_offer`]) before it goes without: 16 us plus the send's time at
-/// 2 GB/s. A stream's sender, paced by its receiver's offers, waited 5-9 us on
-/// average at 24-64 KiB (loopback, libfabric 1.17 and 2.6); one whose wait
-/// runs out goes as a tagged send or into a bundle slot.
-fn offer_wait(len: usize) -> Duration {
-    Duration::from_nanos(16_000 + len as u64 / 2)
+/// [`await_offer`]) before it goes without: `CCLKIT_OFI_OFFER_WAIT_US` when set,
+/// else 16 us plus the send's time at 2 GB/s. A stream's sender, paced by its
+/// receiver's offers, waited 5-9 us on average at 24-64 KiB (loopback,
+/// libfabric 1.17 and 2.6); one whose wait runs out goes as a tagged send or
+/// into a bundle slot.
+fn offer_wait(dev: &Device, len: usize) -> Duration {
+    match dev.offer_wait_us {
+        Some(us) => Duration::from_micros(us),
+        None => Duration::from_nanos(16_000 + len as u64 / 2),
+    }
 }
 
 /// Sends a connection posts without waiting for offers once its waits have
-/// been slow (see [`slow_wait_ns`]).
+/// been slow (see [`slow_wait`]).
 const OFFER_BACKOFF: u32 = 64;
 
-/// Average wait for offers (ns) past which a connection stops waiting for
-/// [`OFFER_BACKOFF`] sends: 8 us plus the send's time at 4 GB/s
-/// (24 KiB: 14 us). A stream's sender, paced by its receiver's offers, waited
-/// 5-9 us on average at 24-64 KiB; a receiver that is not running when its
-/// offer is due (ranks sharing cores) keeps it waiting 25-45 us at 24 KiB (2-3
-/// ranks on 2 CPUs), where without waiting the send completes alone (a bundle
-/// slot) and the wait only delays the operation (3 ranks, 24 KiB `sendrecv`:
-/// 53 us an operation without waiting, 97 with).
-fn slow_wait_ns(len: usize) -> u64 {
-    8_000 + len as u64 / 4
+/// Average wait for offers past which a connection stops waiting for
+/// [`OFFER_BACKOFF`] sends: half the longest wait ([`offer_wait`]; by default 8
+/// us plus the send's time at 4 GB/s, 24 KiB: 14 us). A stream's sender, paced
+/// by its receiver's offers, waited 5-9 us on average at 24-64 KiB; a receiver
+/// that is not running when its offer is due (ranks sharing cores) keeps it
+/// waiting 25-45 us at 24 KiB (2-3 ranks on 2 CPUs), where without waiting the
+/// send completes alone (a bundle slot) and the wait only delays the operation
+/// (3 ranks, 24 KiB `sendrecv`: 53 us an operation without waiting, 97 with).
+fn slow_wait(dev: &Device, len: usize) -> Duration {
+    offer_wait(dev, len) / 2
 }
 
 /// Whether `isend` should give NCCL no request yet, to be called again when the
@@ -159,7 +163,7 @@ fn slow_wait_ns(len: usize) -> u64 {
 /// ([`Engine::offer_expected`]): a stream's sender runs ahead of its receiver,
 /// which offers each receive as it posts it. For at most [`offer_wait`], and
 /// not for [`OFFER_BACKOFF`] sends once waits have been slow on average
-/// ([`slow_wait_ns`]). Written, the send lands in NCCL's buffer in one message,
+/// ([`slow_wait`]). Written, the send lands in NCCL's buffer in one message,
 /// where the tagged send `ofi_rxm` makes of it is segmented through bounce
 /// buffers or a rendezvous (streams of 32-128 KiB on libfabric 2.6: 1.2-2.4x
 /// raw libfabric instead of 0.7-0.9x; docs/PERFORMANCE.md).
@@ -170,7 +174,8 @@ fn await_offer(e: &mut Engine, comm: &mut SendComm, tag: i32, len: usize) -> Res
     }
     // Its offer may be in the completion queue already.
     e.progress();
-    if comm.no_wait > 0 || !e.offer_expected(comm.conn, tag, seq, len) {
+    let most = offer_wait(&comm.dev, len);
+    if most.is_zero() || comm.no_wait > 0 || !e.offer_expected(comm.conn, tag, seq, len) {
         return Ok(false);
     }
     let now = Instant::now();
@@ -178,7 +183,7 @@ fn await_offer(e: &mut Engine, comm: &mut SendComm, tag: i32, len: usize) -> Res
         Some((t, s, since)) if t == tag && s == seq => since,
         _ => comm.held.insert((tag, seq, now)).2,
     };
-    Ok(now.duration_since(since) < offer_wait(len))
+    Ok(now.duration_since(since) < most)
 }
 
 /// `isend`: one tagged send to the comm's peer.
@@ -202,7 +207,7 @@ pub fn isend(
             // Average wait, the newest weighing 1/8.
             let waited = since.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
             comm.wait_avg_ns = (comm.wait_avg_ns * 7 + waited) / 8;
-            if comm.wait_avg_ns > slow_wait_ns(buf.len()) {
+            if u128::from(comm.wait_avg_ns) > slow_wait(&dev, buf.len()).as_nanos() {
                 comm.wait_avg_ns = 0;
                 comm.no_wait = OFFER_BACKOFF;
             }

@@ -33,6 +33,9 @@ pub struct Device {
     /// Bundles larger than one eager message go into the receiver's bundle slots
     /// (`engine/slots.rs`): needs bundles and writes.
     pub slots: bool,
+    /// Longest wait of a send for its offer, µs (`CCLKIT_OFI_OFFER_WAIT_US`);
+    /// `None` = by size (`data::isend`).
+    pub offer_wait_us: Option<u64>,
     engine: Mutex<Engine>,
 }
 
@@ -122,6 +125,7 @@ impl Device {
             bundle_bytes,
             writes,
             slots,
+            offer_wait_us: cfg.offer_wait_us,
             engine: Mutex::new(engine),
         }))
     }

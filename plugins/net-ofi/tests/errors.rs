@@ -223,7 +223,11 @@ fn loopback(provider: &str, abi: &str, truncate: bool) {
         // (bundles.rs and writes.rs of the peer).
         args.extend(["truncate", "bundles", "writes"]);
     }
-    let mut p = Peer::spawn("loopback", &args, &provider_env(provider));
+    let mut env = provider_env(provider);
+    if truncate {
+        env.push(("CCLKIT_OFI_OFFER_WAIT_US", OFFER_WAIT_US.to_owned()));
+    }
+    let mut p = Peer::spawn("loopback", &args, &env);
     // `test` of an already completed request makes no CQ read (quiet.rs).
     p.expect("QUIET ok", Duration::from_secs(60));
     if truncate {
@@ -247,6 +251,9 @@ fn loopback_checks(
     let seed = rand::random::<u32>().to_string();
     let mut env = provider_env(provider);
     env.extend(extra.iter().map(|&(k, v)| (k, v.to_owned())));
+    if flags.contains(&"writes") {
+        env.push(("CCLKIT_OFI_OFFER_WAIT_US", OFFER_WAIT_US.to_owned()));
+    }
     let mut args = vec!["loopback", "12", &seed];
     args.extend_from_slice(flags);
     let mut p = Peer::spawn("loopback", &args, &env);
@@ -255,6 +262,14 @@ fn loopback_checks(
     }
     p.finish(Duration::from_secs(60));
 }
+
+/// The writes check's longest wait for an offer (every run of writes.rs of the
+/// peer sets it): long enough that a wait for an
+/// offer that comes never runs out on a slow or busy machine (a debug build's
+/// waits ran past the default bound and made the check fail now and then),
+/// short enough that the never-offered sends, which wait it out until the
+/// connection stops waiting (about 6 of them), take about a second.
+const OFFER_WAIT_US: &str = "200000";
 
 /// The write path on shm, forced on with tcp's default range: its addresses are
 /// virtual addresses (`FI_MR_VIRT_ADDR`), where tcp's are offsets.

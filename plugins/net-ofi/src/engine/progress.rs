@@ -3,7 +3,6 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use cclkit_abi::nccl_warn;
 
@@ -194,7 +193,7 @@ impl Engine {
             .filter(|_| watched)
         {
             match &result {
-                Ok(_) if owner == Owner::Caller => c.last_progress = Instant::now(),
+                Ok(_) if owner == Owner::Caller => c.progressed = true,
                 Err(f)
                     if peer_error && f.code != sys::FI_ECANCELED as i32 && c.failed.is_none() =>
                 {

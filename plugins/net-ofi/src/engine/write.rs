@@ -28,7 +28,6 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use cclkit_abi::raw::common::subsys;
 use cclkit_abi::{Result, nccl_info, nccl_warn};
@@ -512,7 +511,7 @@ impl Engine {
             return;
         };
         if token >= SLOT_TOKEN0 {
-            c.last_progress = Instant::now();
+            c.progressed = true;
             return self.slot_written(conn, token, generation, len);
         }
         let Some(w) = c.wrx.as_mut() else { return };
@@ -534,7 +533,7 @@ impl Engine {
         let (op, cap) = (t.op.take(), t.cap);
         t.generation = t.generation.wrapping_add(1);
         w.free.push(token);
-        c.last_progress = Instant::now();
+        c.progressed = true;
         LANDED.fetch_add(1, Ordering::Relaxed);
         let Some(op) = op else { return };
         self.forget_waiter(Some(conn), op);
