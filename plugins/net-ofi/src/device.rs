@@ -147,8 +147,9 @@ impl Drop for Device {
             "NET/OFI: closing device {} ({}): {} posts waited for room in the provider's queues \
              (-FI_EAGAIN, or entries kept for bundle receives), {} registrations left; this \
              process so far: {} receives offered for writes, {} sends written ({} in range \
-             found no offer; {} waited for theirs, {} waits ran out), {} writes landed; {} sends in {} bundles ({} into slots, {} \
-             overdue), {} sends alone for want of a slot",
+             found no offer; {} waited for theirs, {} waits ran out), {} writes landed; {} \
+             sends in {} bundles ({} into slots, {} overdue), {} sends alone for want of a \
+             slot",
             self.index,
             self.name,
             e.backlogged,
