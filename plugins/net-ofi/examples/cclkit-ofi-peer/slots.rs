@@ -12,7 +12,9 @@
 //!   receives not offered), written into one to three slots each (a send too
 //!   large for the open bundle's room goes into a slot of its own);
 //! - a 30,001-byte send on an idle connection goes into a slot too, where
-//!   `ofi_rxm` would segment it.
+//!   `ofi_rxm` would segment it, and so does a 100,003-byte one (more than the
+//!   half slot a busy connection's bundle takes), which it would make a
+//!   rendezvous.
 
 use cclkit_host::net::Request;
 use cclkit_net_ofi::{BundleCounts, bundle_counts};
@@ -229,23 +231,28 @@ fn one_round(l: &mut Link, sizes: &[usize], seed: u64, posted_first: bool) -> R<
 }
 
 /// A send above a tagged bundle on an idle connection goes into a slot, one
-/// message, where `ofi_rxm` would segment it: one slot write, one record.
+/// message, where `ofi_rxm` would segment it: one slot write, one record. Also
+/// one of more than half a slot (a bundle's limit on a busy connection), which
+/// `ofi_rxm` would make a rendezvous.
 fn idle_send(l: &mut Link, seed: u64) -> R<()> {
-    const SIZE: [usize; 1] = [30_001];
-    let data = payloads(&SIZE, seed);
-    let before = bundle_counts();
-    let mut sends = burst(l, &data, TAG + 50)?;
-    progress_until(l, &mut sends, "an idle send's slot write", |now| {
-        now.written > before.written
-    })?;
-    receive_each(l, &SIZE, seed, TAG + 50)?;
-    wait_sends(l, sends)?;
-    let d = delta(&before);
-    if (d.written, d.records, d.singles) != (1, 1, 0) {
-        return Err(format!(
-            "a 30,001-byte send on an idle connection: expected one slot write of \
-             one record, got {d:?}"
-        ));
+    for (k, size) in [30_001usize, 100_003].into_iter().enumerate() {
+        let sizes = [size];
+        let data = payloads(&sizes, seed + k as u64);
+        let before = bundle_counts();
+        let tag = TAG + 50 + k as i32;
+        let mut sends = burst(l, &data, tag)?;
+        progress_until(l, &mut sends, "an idle send's slot write", |now| {
+            now.written > before.written
+        })?;
+        receive_each(l, &sizes, seed + k as u64, tag)?;
+        wait_sends(l, sends)?;
+        let d = delta(&before);
+        if (d.written, d.records, d.singles) != (1, 1, 0) {
+            return Err(format!(
+                "a {size}-byte send on an idle connection: expected one slot write of \
+                 one record, got {d:?}"
+            ));
+        }
     }
     Ok(())
 }

@@ -86,6 +86,16 @@ impl Tx {
         }
     }
 
+    /// Largest send an idle connection puts into a slot on its own: one record
+    /// in a whole slot, when slots are on.
+    fn max_lone(&self) -> usize {
+        if self.slots_on() {
+            (SLOT_BYTES - bundle::HEADER - bundle::RECORD) & !7
+        } else {
+            self.max_queued()
+        }
+    }
+
     /// Whether the open bundle needs a slot it does not have yet (it outgrew a
     /// tagged bundle); takes one if one is on offer.
     fn wants_slot(&mut self) -> bool {
@@ -168,10 +178,15 @@ impl Engine {
         // anyway, in steps that each need the other side's progress, where a
         // slot write is one message. With ranks sharing cores those steps cost
         // 200 µs an operation (3 ranks on 2 CPUs, 32 KiB `sendrecv`).
+        // On an idle connection a slot takes a send of up to a whole slot: no
+        // other send will share it soon, and `ofi_rxm` would make a rendezvous
+        // of one above its SAR limit's segments (3 ranks on 2 CPUs, 96 KiB
+        // `sendrecv` through the runtime: 300 us an operation as a tagged send).
         let queue = self.tx_ref(conn).is_some_and(|tx| {
             let busy = tx.inflight > 0 || tx.open.is_some();
             let slot = len > tx.max && tx.slots_on() && !tx.slots.is_empty();
-            len <= tx.max_queued() && (busy || slot)
+            let most = if busy { tx.max_queued() } else { tx.max_lone() };
+            len <= most && (busy || slot)
         });
         if queue {
             // SAFETY: NCCL's buffer holds `len` bytes (caller's contract).
