@@ -42,8 +42,12 @@ use crate::proto::Cts;
 /// Slots a receive comm offers.
 pub(in crate::engine) const SLOTS: usize = 8;
 /// Bytes per slot: 7 records of 16 KiB (a stream with `NCCL_STEPS` = 8 sends
-/// in flight has one on the wire and the rest waiting for the next bundle).
-pub(in crate::engine) const SLOT_BYTES: usize = 128 << 10;
+/// in flight has one on the wire and the rest waiting for the next bundle), or
+/// one of 128 KiB, NCCL's default p2p chunk (`NCCL_P2P_NET_CHUNKSIZE`), with its
+/// bundle and record headers: an idle connection writes such a send into a
+/// slot (`bundle/tx.rs`).
+pub(in crate::engine) const SLOT_BYTES: usize =
+    (128 << 10) + crate::bundle::HEADER + crate::bundle::RECORD;
 /// First token of the slots: tokens of single receives' offers stay below.
 pub(in crate::engine) const SLOT_TOKEN0: u16 = 0xff0;
 /// Slot offers a sender keeps (a peer repeating offers cannot grow the list).
