@@ -28,6 +28,8 @@
 //! machine's setting alone: with BBR, this kernel's default, one-way loopback
 //! streams fall into a slow state now and then (docs/PERFORMANCE.md, "Twelfth
 //! pass"), which `--cc cubic` (Linux's usual default) shows apart.
+//! A namespace left by a killed run (named after its PID) is deleted by the
+//! next `--cc` run.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -166,8 +168,9 @@ impl Netns {
             "--cc {cc}: this kernel offers {:?}",
             available.trim()
         );
+        remove_stale_namespaces();
         let ns = Netns {
-            name: format!("cclkit-bench-{}", std::process::id()),
+            name: format!("{NETNS_PREFIX}{}", std::process::id()),
             cc: cc.to_owned(),
         };
         ip(&["netns", "add", &ns.name]);
@@ -194,6 +197,27 @@ impl Drop for Netns {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();
+    }
+}
+
+/// Name prefix of the benchmark's namespaces; the rest is the owning PID.
+const NETNS_PREFIX: &str = "cclkit-bench-";
+
+/// Deletes namespaces a killed earlier run left behind (its `Drop` never ran):
+/// those whose owning process is gone.
+fn remove_stale_namespaces() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(NETNS_PREFIX) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+            eprintln!("removing network namespace {name}, left by a killed run");
+            let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        }
     }
 }
 
