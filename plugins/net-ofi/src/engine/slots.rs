@@ -47,7 +47,9 @@ pub(in crate::engine) const SLOTS: usize = 8;
 /// bundle and record headers: an idle connection writes such a send into a
 /// slot (`bundle/tx.rs`).
 pub(in crate::engine) const SLOT_BYTES: usize =
-    (128 << 10) + crate::bundle::HEADER + crate::bundle::RECORD;
+    SLOT_RECORD + crate::bundle::HEADER + crate::bundle::RECORD;
+/// Largest record a slot holds: the whole slot but its two headers.
+pub(in crate::engine) const SLOT_RECORD: usize = 128 << 10;
 /// First token of the slots: tokens of single receives' offers stay below.
 pub(in crate::engine) const SLOT_TOKEN0: u16 = 0xff0;
 /// Slot offers a sender keeps (a peer repeating offers cannot grow the list).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cclkit_abi::{Error, Result, nccl_warn};
 
-use super::super::slots::SLOT_BYTES;
+use super::super::slots::{SLOT_BYTES, SLOT_RECORD};
 use super::super::write::cq_data;
 use super::super::{Engine, OpId, Owner, Post, State};
 use super::{BUNDLES, OVERDUE, RECORDS, SINGLES};
@@ -83,16 +83,6 @@ impl Tx {
             self.slot_record.max(self.max_record())
         } else {
             self.max_record()
-        }
-    }
-
-    /// Largest send an idle connection puts into a slot on its own: one record
-    /// in a whole slot, when slots are on.
-    fn max_lone(&self) -> usize {
-        if self.slots_on() {
-            (SLOT_BYTES - bundle::HEADER - bundle::RECORD) & !7
-        } else {
-            self.max_queued()
         }
     }
 
@@ -173,19 +163,16 @@ impl Engine {
         tag: u64,
     ) -> Result<OpId> {
         // A send above a tagged bundle's size goes into a slot even on an idle
-        // connection, when one is on offer: `ofi_rxm` would segment it (or
-        // make it a rendezvous), copying through bounce buffers on both sides
-        // anyway, in steps that each need the other side's progress, where a
-        // slot write is one message. With ranks sharing cores those steps cost
-        // 200 µs an operation (3 ranks on 2 CPUs, 32 KiB `sendrecv`).
-        // On an idle connection a slot takes a send of up to a whole slot: no
-        // other send will share it soon, and `ofi_rxm` would make a rendezvous
-        // of one above its SAR limit's segments (3 ranks on 2 CPUs, 96 KiB
-        // `sendrecv` through the runtime: 300 us an operation as a tagged send).
+        // connection, when one is on offer, and there it may fill the whole
+        // slot (no other send will share it soon): `ofi_rxm` would segment it
+        // or make it a rendezvous, in steps that each need the other side's
+        // progress, where a slot write is one message. With ranks sharing cores
+        // those steps cost 200-300 us an operation (3 ranks on 2 CPUs,
+        // `sendrecv` through the runtime: 32 KiB 250 us, 96 KiB 317-332 us).
         let queue = self.tx_ref(conn).is_some_and(|tx| {
             let busy = tx.inflight > 0 || tx.open.is_some();
             let slot = len > tx.max && tx.slots_on() && !tx.slots.is_empty();
-            let most = if busy { tx.max_queued() } else { tx.max_lone() };
+            let most = if busy { tx.max_queued() } else { SLOT_RECORD };
             len <= most && (busy || slot)
         });
         if queue {
