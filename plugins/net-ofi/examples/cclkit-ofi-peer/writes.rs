@@ -8,8 +8,8 @@
 //! - a send under the range goes as a tagged message into an offered receive,
 //!   whose offer is then dropped;
 //! - a sender ahead of its receiver: once a tag's receives have been offered, a
-//!   send whose offer has not come yet, with a send before it in flight, waits
-//!   for it (`isend` gives no request) and is written when it comes; a send
+//!   send whose offer has not come yet waits for it (`isend` gives no request)
+//!   and is written when it comes; a send
 //!   whose receive is never offered waits only a bounded time, then goes
 //!   tagged, and once such waits have been slow the connection stops waiting
 //!   for a while;
@@ -151,11 +151,13 @@ fn one(
 enum Ahead {
     /// The receive is posted, and its offer read, before the send.
     Offered,
-    /// The send comes first (the send before it still in flight): `isend` must
-    /// give no request until the receive is posted; then it is written.
+    /// The send comes first (the one before it still in flight, as in a
+    /// stream): `isend` must give no request until the receive is posted and
+    /// offered; then it is written.
     Waits,
-    /// The receive is never offered (not registered): `isend` waits a bounded time, then posts it tagged; once such
-    /// waits have been slow, the connection stops waiting and posts at once.
+    /// The receive is never offered (not registered): `isend` waits a bounded
+    /// time, then posts it tagged; once such waits have been slow, the
+    /// connection stops waiting and posts at once.
     NeverOffered,
 }
 
