@@ -28,7 +28,7 @@ pub const MAX_RECORDS: usize = 1024;
 const MAGIC: u32 = u32::from_le_bytes(*b"cBND");
 
 /// Bytes a record of `len` payload bytes takes in a bundle.
-pub fn record_bytes(len: usize) -> usize {
+pub const fn record_bytes(len: usize) -> usize {
     RECORD + len.next_multiple_of(8)
 }
 

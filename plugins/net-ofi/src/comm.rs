@@ -48,6 +48,9 @@ pub struct SendComm {
     pub no_wait: u32,
     /// Average wait for offers, ns (`data::isend`).
     pub wait_avg_ns: u64,
+    /// The send (NCCL tag, sequence number) held for a full open bundle, since
+    /// when (`data::isend`).
+    pub held_for_bundle: Option<(i32, u32, std::time::Instant)>,
 }
 
 /// The receiving side of a connection.
@@ -292,6 +295,7 @@ pub fn connect(dev: &Arc<Device>, handle: &mut NetHandle) -> Result<Option<SendC
         held: None,
         no_wait: 0,
         wait_avg_ns: 0,
+        held_for_bundle: None,
     }))
 }
 

@@ -76,7 +76,7 @@ const RXM_SAR_LIMIT: usize = 131072;
 /// and a margin), so a bundle costs one `sendmsg`.
 const RXM_BUFFER: usize = 16384;
 /// Bundle size on `tcp` without `ofi_rxm` (see [`Config::bundle_bytes_for`]).
-pub const NATIVE_TCP_BUNDLE: usize = 64 << 10;
+pub const NATIVE_TCP_BUNDLE: usize = 128 << 10;
 const RXM_MARGIN: usize = 256;
 
 const KNOWN: &[&str] = &[
@@ -238,8 +238,10 @@ impl Config {
     /// buffer (`FI_OFI_RXM_BUFFER_SIZE` when set), beyond which it segments
     /// messages; `tcp` alone (libfabric 2.x's own reliable endpoints, which
     /// libfabric 2.x lists before `tcp;ofi_rxm`) has no such limit, and bundles
-    /// of [`NATIVE_TCP_BUNDLE`] streamed 8-24 KiB sends 1.1-1.9x raw libfabric
-    /// there, where 16 KiB bundles left them at 0.90-0.94x (docs/PERFORMANCE.md).
+    /// of [`NATIVE_TCP_BUNDLE`] streamed 8-32 KiB sends 1.1-1.9x raw libfabric
+    /// there, where 16 KiB bundles left them at 0.90-0.94x and 64 KiB ones left
+    /// 32 KiB at 0.93-1.04x (docs/PERFORMANCE.md). A receive comm keeps eight
+    /// bundle receives posted: 1 MiB.
     pub fn bundle_bytes_for(&self, provider: &str) -> usize {
         if let Some(n) = self.bundle_bytes {
             return n;

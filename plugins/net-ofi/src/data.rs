@@ -10,7 +10,7 @@ use cclkit_abi::{Error, Result};
 use crate::comm::{RecvComm, SendComm};
 use crate::config::MAX_RECVS_LIMIT;
 use crate::device::Device;
-use crate::engine::{Engine, OpId, Poll, count_offer_wait};
+use crate::engine::{Engine, OpId, Poll, count_bundle_hold, count_offer_wait};
 use crate::fabric::MemIface;
 use crate::mr::MrRef;
 
@@ -186,6 +186,39 @@ fn await_offer(e: &mut Engine, comm: &mut SendComm, tag: i32, len: usize) -> Res
     Ok(now.duration_since(since) < most)
 }
 
+/// Longest `isend` holds a send for the full open bundle it would join: the
+/// open bundle's own longest wait (`bundle/tx.rs`), after which the bundle
+/// has gone.
+const BUNDLE_HOLD: Duration = Duration::from_micros(200);
+
+/// Whether `isend` should give NCCL no request yet because the send would
+/// join the open bundle, which is full and cannot go yet
+/// ([`Engine::bundle_full`]); not a send that will be written. Held, the send
+/// opens the next bundle once this one has gone, where going alone it would
+/// be a tagged message that `ofi_rxm` segments. At most [`BUNDLE_HOLD`].
+fn await_bundle(e: &mut Engine, comm: &mut SendComm, tag: i32, len: usize) -> bool {
+    let seq = comm.seqs.peek(tag);
+    let full =
+        |e: &Engine| e.bundle_full(comm.conn, len) && !e.offer_in_hand(comm.conn, tag, seq, len);
+    if full(e) {
+        // The bundle may go on this progress pass.
+        e.progress();
+    }
+    if !full(e) {
+        comm.held_for_bundle = None;
+        return false;
+    }
+    let now = Instant::now();
+    let since = match comm.held_for_bundle {
+        Some((t, s, since)) if t == tag && s == seq => since,
+        _ => {
+            count_bundle_hold();
+            comm.held_for_bundle.insert((tag, seq, now)).2
+        }
+    };
+    now.duration_since(since) < BUNDLE_HOLD
+}
+
 /// `isend`: one tagged send to the comm's peer.
 pub fn isend(
     comm: &mut SendComm,
@@ -198,7 +231,7 @@ pub fn isend(
     if !admit(&mut e, comm.conn)? {
         return Ok(None);
     }
-    if await_offer(&mut e, comm, tag, buf.len())? {
+    if await_bundle(&mut e, comm, tag, buf.len()) || await_offer(&mut e, comm, tag, buf.len())? {
         return Ok(None);
     }
     match comm.held.take() {

@@ -8,7 +8,7 @@ use cclkit_abi::{Error, Result, nccl_info};
 
 use crate::config::Config;
 use crate::discover::{DeviceDesc, bind_info};
-use crate::engine::{Engine, Liveness};
+use crate::engine::{Engine, Liveness, SLOT_SHARED};
 use crate::fabric::{Av, Cq, Domain, Endpoint, Fabric};
 use crate::mr::MrCache;
 use crate::proto::provider_fingerprint;
@@ -90,6 +90,7 @@ impl Device {
         )?;
         engine.set_bundle_rx_budget(desc.rx_size);
         let slots = cfg.bundle_slots && bundle_bytes > 0 && writes.is_some();
+        let writes = writes_beside_slots(writes, slots, cfg.write.is_some());
         nccl_info!(
             subsys::NET | subsys::INIT,
             "NET/OFI: opened device {index} ({provider} {}), address {} bytes, mr_mode {:#x}, \
@@ -148,8 +149,8 @@ impl Drop for Device {
              (-FI_EAGAIN, or entries kept for bundle receives), {} registrations left; this \
              process so far: {} receives offered for writes, {} sends written ({} in range \
              found no offer; {} waited for theirs, {} waits ran out), {} writes landed; {} \
-             sends in {} bundles ({} into slots, {} overdue), {} sends alone for want of a \
-             slot",
+             sends in {} bundles ({} into slots, {} overdue), {} sends held for a full \
+             bundle, {} sends alone for want of a slot",
             self.index,
             self.name,
             e.backlogged,
@@ -164,7 +165,50 @@ impl Drop for Device {
             b.bundles,
             b.written,
             b.overdue,
+            b.held,
             b.singles
         );
+    }
+}
+
+/// The write range once bundle slots are on (`slots`): sends four of which
+/// share one slot ([`SLOT_SHARED`]) go there instead of being written, unless
+/// `CCLKIT_OFI_WRITE_BYTES` set the range (`set`) or nothing above them would
+/// be left to write.
+fn writes_beside_slots(
+    writes: Option<(usize, usize)>,
+    slots: bool,
+    set: bool,
+) -> Option<(usize, usize)> {
+    match writes {
+        Some((lo, hi)) if slots && !set && SLOT_SHARED < hi => Some((lo.max(SLOT_SHARED + 1), hi)),
+        w => w,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_take_the_sends_four_of_which_share_one() {
+        let rxm = Some((16_385, 131_071));
+        assert_eq!(
+            writes_beside_slots(rxm, true, false),
+            Some((32_753, 131_071))
+        );
+        // Without slots, or with the range set, the range stands.
+        assert_eq!(writes_beside_slots(rxm, false, false), rxm);
+        assert_eq!(writes_beside_slots(rxm, true, true), rxm);
+        // A range that starts above stays; one that would be left empty too.
+        assert_eq!(
+            writes_beside_slots(Some((40_000, 90_000)), true, false),
+            Some((40_000, 90_000))
+        );
+        assert_eq!(
+            writes_beside_slots(Some((16_385, 30_000)), true, false),
+            Some((16_385, 30_000))
+        );
+        assert_eq!(writes_beside_slots(None, true, false), None);
     }
 }

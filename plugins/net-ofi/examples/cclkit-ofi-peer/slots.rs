@@ -6,8 +6,9 @@
 //!   the burst in odd rounds and after it in even ones; every byte is checked,
 //!   and so is the sentinel past it;
 //! - bursts nobody receives hold every slot; the next bundle finds none within
-//!   its time bound and each of its sends goes on its own. All of them then
-//!   arrive intact, in order;
+//!   its time bound and each of its sends goes on its own. A send that does
+//!   not fit such a full bundle is held in `isend` until the bundle has gone.
+//!   All of them then arrive intact, in order;
 //! - two bursts with sends in the write range (40,000 and 65,000 bytes, their
 //!   receives not offered), written into one to three slots each (a send too
 //!   large for the open bundle's room goes into a slot of its own);
@@ -264,6 +265,8 @@ fn held_slots(l: &mut Link, seed: u64) -> R<()> {
     let data: Vec<Vec<Vec<u8>>> = (0..=SLOTS)
         .map(|k| payloads(&SIZES, seed + k as u64))
         .collect();
+    // Payloads of `overfill`, declared before the requests (dropped after).
+    let mut overfill_data = Vec::new();
     // Their sends complete once received where they went alone (on `shm`,
     // or above the eager limit), so they are waited for after the receives.
     let mut sent = Vec::new();
@@ -294,8 +297,59 @@ fn held_slots(l: &mut Link, seed: u64) -> R<()> {
             queued + 1
         ));
     }
+    overfill(
+        l,
+        seed ^ 0xf11,
+        TAG + 2 + SLOTS as i32,
+        &mut overfill_data,
+        &mut sent,
+    )?;
     for k in (0..=SLOTS).rev() {
         receive_each(l, &SIZES, seed + k as u64, TAG + 1 + k as i32)?;
     }
     wait_sends(l, sent)
+}
+
+/// A send that keeps the connection busy, then five that queue behind it: four
+/// fill a slot's bundle (`SLOT_SHARED` in `src/engine/slots.rs`), the fifth
+/// does not fit.
+const OVERFILL: [usize; 6] = [1_000, 30_001, 30_002, 30_003, 30_004, 30_005];
+
+/// Bursts of [`OVERFILL`] a test may try before one shows the hold: a
+/// bundle's wait for a slot is bounded (50 us), and a burst whose bundle buffer
+/// is freshly allocated (page faults) can take that long to fill it.
+const OVERFILL_TRIES: u64 = 5;
+
+/// With every slot held, a burst that overfills its bundle: `isend` holds the
+/// send that does not fit (gives no request) until the bundle has gone (as
+/// single sends, once its wait for a slot ran out), rather than sending it
+/// alone at once. Every burst tried (on tags from `tag`) arrives intact; its
+/// payloads go to `data` and its requests to `sent` (some complete only once
+/// the held bursts are received, on `shm`), which the caller waits for.
+fn overfill(
+    l: &mut Link,
+    seed: u64,
+    tag: i32,
+    data: &mut Vec<Vec<Vec<u8>>>,
+    sent: &mut Vec<Request>,
+) -> R<()> {
+    let mut seen = Vec::new();
+    for k in 0..OVERFILL_TRIES {
+        data.push(payloads(&OVERFILL, seed + k));
+        let before = bundle_counts();
+        sent.extend(burst(l, &data[data.len() - 1], tag + k as i32)?);
+        let now = bundle_counts();
+        let held = now.held - before.held;
+        let alone = now.singles - before.singles;
+        receive_each(l, &OVERFILL, seed + k, tag + k as i32)?;
+        if held == 1 && alone >= 4 {
+            return Ok(());
+        }
+        seen.push((held, alone));
+    }
+    Err(format!(
+        "a send not fitting a full bundle that waits for a slot: expected it held \
+         once and the bundle's four sends gone alone; (held, alone) in each of \
+         {OVERFILL_TRIES} bursts: {seen:?}"
+    ))
 }

@@ -1,5 +1,6 @@
 //! The write path (`src/engine/write.rs`) on a connection to this process, with
-//! the default range (sends of 16 KiB + 1 to 128 KiB - 1 on `tcp;ofi_rxm`):
+//! the default range (sends of 32,753 bytes to 128 KiB - 1 on `tcp;ofi_rxm`
+//! under BBR; smaller ones go into bundle slots):
 //! - a registered receive larger than the send is offered, and a send in range
 //!   lands in it as one write: the receive reports the send's size, the bytes
 //!   match, and the bytes past them keep their sentinel;
@@ -172,7 +173,7 @@ fn ahead(l: &mut Link, seed: u64) -> R<()> {
     let mut cases = vec![Offered];
     cases.extend([Waits; 8]);
     cases.extend([NeverOffered; SLOW_WAITS + 1]);
-    let len = |i: usize| 30_011 - 7 * i;
+    let len = |i: usize| 40_011 - 7 * i;
     let before = write_counts();
     let n = cases.len();
     let mut rbufs: Vec<Vec<u8>> = (0..n).map(|i| vec![SENTINEL; len(i) + 5]).collect();

@@ -10,7 +10,7 @@ mod tx;
 
 pub use rx::Rx;
 pub(in crate::engine) use rx::{BundleBuf, RX_BUFFERS};
-pub use tx::Tx;
+pub use tx::{Tx, count_bundle_hold};
 
 static BUNDLES: AtomicU64 = AtomicU64::new(0);
 static RECORDS: AtomicU64 = AtomicU64::new(0);
@@ -50,6 +50,9 @@ pub struct BundleCounts {
     /// Bundle receives posted by such a retry (or dropped by it, their comm
     /// closing).
     pub reposted: u64,
+    /// Sends `isend` held back while the open bundle they would join was full
+    /// and could not go yet.
+    pub held: u64,
 }
 
 /// This process's [`BundleCounts`] so far.
@@ -66,5 +69,6 @@ pub fn bundle_counts() -> BundleCounts {
         overdue: OVERDUE.load(Ordering::Relaxed),
         deferred: DEFERRED.load(Ordering::Relaxed),
         reposted: REPOSTED.load(Ordering::Relaxed),
+        held: tx::held_count(),
     }
 }

@@ -31,10 +31,11 @@ mod progress;
 mod slots;
 mod write;
 
-pub use bundle::{BundleCounts, bundle_counts};
+pub use bundle::{BundleCounts, bundle_counts, count_bundle_hold};
 pub use conns::Conn;
 use conns::Ids;
 pub use progress::cq_reads;
+pub use slots::SLOT_SHARED;
 pub use write::{WriteCounts, count_offer_wait, write_counts};
 
 /// Identifies one posted operation.

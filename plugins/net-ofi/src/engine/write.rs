@@ -321,13 +321,21 @@ impl Engine {
     /// `isend` then reads the completion queue once more, and may wait for it
     /// ([`Engine::offer_expected`]).
     pub fn offer_missing(&self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
-        self.conns
-            .get(&conn)
-            .and_then(|c| c.wtx.as_ref())
-            .is_some_and(|w| {
-                (w.range.0..=w.range.1).contains(&len)
-                    && !w.offers.iter().any(|o| o.tag == tag && o.seq == seq)
-            })
+        self.offer_read(conn, tag, seq, len) == Some(false)
+    }
+
+    /// Whether that send is in the write range and its offer has been read: it
+    /// will be written.
+    pub fn offer_in_hand(&self, conn: u64, tag: i32, seq: u32, len: usize) -> bool {
+        self.offer_read(conn, tag, seq, len) == Some(true)
+    }
+
+    /// For a send in the write range, whether its offer has been read.
+    fn offer_read(&self, conn: u64, tag: i32, seq: u32, len: usize) -> Option<bool> {
+        let w = self.conns.get(&conn)?.wtx.as_ref()?;
+        (w.range.0..=w.range.1)
+            .contains(&len)
+            .then(|| w.offers.iter().any(|o| o.tag == tag && o.seq == seq))
     }
 
     /// Whether the offer for the send of sequence number `seq` of NCCL tag `tag`

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cclkit_abi::{Error, Result, nccl_warn};
 
-use super::super::slots::{SLOT_BYTES, SLOT_RECORD};
+use super::super::slots::SLOT_BYTES;
 use super::super::write::cq_data;
 use super::super::{Engine, OpId, Owner, Post, State};
 use super::{BUNDLES, OVERDUE, RECORDS, SINGLES};
@@ -15,8 +15,8 @@ use crate::proto::Cts;
 use crate::tags::Ctrl;
 
 /// Bundles a connection may have in flight; beyond that a small send that does
-/// not fit the open bundle goes out on its own (so bundles never pile up behind
-/// a slow receiver).
+/// not fit the open bundle waits for it a little, then goes out on its own (so
+/// bundles never pile up behind a slow receiver; `admit.rs`).
 const MAX_TX_BUNDLES: u32 = 4;
 /// Longest an open bundle waits for the sends in flight to complete. They
 /// complete without the receiver's help, but its provider may hold them back
@@ -162,20 +162,7 @@ impl Engine {
         desc: usize,
         tag: u64,
     ) -> Result<OpId> {
-        // A send above a tagged bundle's size goes into a slot even on an idle
-        // connection, when one is on offer, and there it may fill the whole
-        // slot (no other send will share it soon): `ofi_rxm` would segment it
-        // or make it a rendezvous, in steps that each need the other side's
-        // progress, where a slot write is one message. With ranks sharing cores
-        // those steps cost 200-300 us an operation (3 ranks on 2 CPUs,
-        // `sendrecv` through the runtime: 32 KiB 250 us, 96 KiB 317-332 us).
-        let queue = self.tx_ref(conn).is_some_and(|tx| {
-            let busy = tx.inflight > 0 || tx.open.is_some();
-            let slot = len > tx.max && tx.slots_on() && !tx.slots.is_empty();
-            let most = if busy { tx.max_queued() } else { SLOT_RECORD };
-            len <= most && (busy || slot)
-        });
-        if queue {
+        if self.joins_bundle(conn, len) {
             // SAFETY: NCCL's buffer holds `len` bytes (caller's contract).
             let payload = unsafe { std::slice::from_raw_parts(buf, len) };
             if let Some(op) = self.queue_send(conn, tag, payload)? {
@@ -573,5 +560,8 @@ impl Engine {
     }
 }
 
+mod admit;
+pub use admit::count_bundle_hold;
+pub(in crate::engine) use admit::held_count;
 #[cfg(test)]
 mod tests;
