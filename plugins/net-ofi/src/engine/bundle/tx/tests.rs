@@ -69,3 +69,23 @@ fn a_grown_bundle_takes_a_slot_or_waits_for_one() {
     tx.slot = None;
     assert!(tx.wants_slot());
 }
+
+#[test]
+fn a_tagged_bundle_takes_sends_two_fit_up_to_the_copy_limit() {
+    let rxm = Tx {
+        max: 16_128,
+        ..Tx::default()
+    };
+    assert_eq!(
+        rxm.max_record(),
+        (16_128 - bundle::HEADER) / 2 - bundle::RECORD
+    );
+    // `tcp` alone: 128 KiB bundles take 32 KiB sends (three to a bundle), not
+    // the 48 KiB ones two of which would fit.
+    let native = Tx {
+        max: 128 << 10,
+        ..Tx::default()
+    };
+    assert_eq!(native.max_record(), MAX_COPIED);
+    assert!(3 * bundle::record_bytes(MAX_COPIED) + bundle::HEADER <= native.max);
+}
