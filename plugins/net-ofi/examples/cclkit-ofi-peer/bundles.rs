@@ -1,7 +1,9 @@
 //! Bundles (`src/bundle.rs`) on a connection to this process: sends that complete
 //! before any receive is posted (their records wait at the receiver), records
 //! filling receives already posted, and a bundled send larger than its receive.
-//! Each check first makes sure the sends really travelled in bundles.
+//! Each check first makes sure the sends really travelled in bundles, and the
+//! receive comm, which posts one bundle receive until a bundle comes, has
+//! posted the others.
 
 use std::time::Instant;
 
@@ -20,6 +22,11 @@ const TAG: i32 = 5;
 /// Runs the checks; prints `BUNDLES ok`.
 pub fn check(l: &mut Link, seed: u64) -> R<()> {
     early_records(l, seed)?;
+    // The link's receive comm posts one bundle receive until a bundle comes,
+    // then all of them (`RX_FIRST` in `src/engine/bundle/rx.rs`): one has come.
+    if bundle_counts().grown == 0 {
+        return Err("bundles arrived, but no receive comm posted its other bundle receives".into());
+    }
     posted_receives(l, seed ^ 0x5eed)?;
     lone_record(l)?;
     truncated(l)?;

@@ -9,8 +9,10 @@
 //!   data that will come bundled, exceed the receive queue: those receives must
 //!   leave room for the bundle buffers (they once took it, and nothing completed
 //!   again);
-//! - a comm accepted while NCCL's receives fill the queue: its bundle receives
-//!   meet `-FI_EAGAIN`, wait aside, and are posted as the queue empties;
+//! - a comm accepted while NCCL's receives fill the queue: its first bundle
+//!   receive finds an entry or waits aside; the others, posted when its first
+//!   bundle comes, meet `-FI_EAGAIN`, wait aside, and are posted as the queue
+//!   empties;
 //! - sends go out while receives wait for room in the receive queue (they once
 //!   shared one backlog, and this process's sends, which would have emptied its
 //!   receive queue, waited behind its receives for good); also without bundles.
@@ -196,9 +198,10 @@ fn starved(l: &mut Link, seed: u64) -> R<()> {
 }
 
 /// A comm pair set up (listen, connect, accept) while NCCL's receives on `l`
-/// fill the receive queue: the control receives find the entries kept for them;
-/// the new receive comm's bundle receives meet `-FI_EAGAIN` and wait aside; once
-/// `l`'s receives complete they are posted, and the new comms bundle.
+/// fill the receive queue: the control receives find the entries kept for them.
+/// The new comms bundle a burst; the new receive comm's bundle receives beyond
+/// its first (posted when a bundle comes) meet `-FI_EAGAIN` and wait aside;
+/// once `l`'s receives complete they are posted, and the burst arrives.
 fn late_comm(l: &mut Link, abi: Abi, seed: u64) -> R<()> {
     let before = bundle_counts();
     // NCCL's receives first: the listen, connect and accept below must still
@@ -224,18 +227,28 @@ fn late_comm(l: &mut Link, abi: Abi, seed: u64) -> R<()> {
         return Err("connect/accept ended without comms".into());
     };
     let mut late = Link { net, send, recv };
-    let deferred = bundle_counts().deferred - before.deferred;
-    if deferred == 0 {
-        return Err(
-            "the new comm's bundle receives found room in a full queue: \
-                    this check shows nothing"
-                .into(),
-        );
-    }
-    grouped.send_and_check(l, seed)?;
     let data = payloads(seed, 2000);
     send_burst(&mut late, &data, 80)?;
+    // A receive nothing matches drives the new receive comm until its bundle
+    // receives met the full queue.
+    let mut probe_buf = [0u8; 8];
+    // `probe_buf` outlives the probe, completed below.
+    let mut probe = post_one(&mut late, &mut probe_buf, 81)?;
+    let deadline = Instant::now() + flows::WAIT;
+    while bundle_counts().deferred == before.deferred {
+        if late.recv.test(&mut probe).map_err(err)?.is_some() {
+            return Err("a receive completed without a send".into());
+        }
+        check_deadline(
+            deadline,
+            "the new comm's bundle receives to meet the full queue",
+        )?;
+    }
+    grouped.send_and_check(l, seed)?;
     receive_each(&mut late, seed, 2000, 80)?;
+    let s = send_one(&mut late, &[1u8; 8], 81)?;
+    wait(Side::Send(&mut late.send), s)?;
+    wait(Side::Recv(&mut late.recv), probe)?;
     if bundle_counts().reposted == before.reposted {
         return Err("none of the new comm's bundle receives was posted after waiting".into());
     }

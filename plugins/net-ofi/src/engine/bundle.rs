@@ -19,6 +19,7 @@ static OVERDUE: AtomicU64 = AtomicU64::new(0);
 static DEFERRED: AtomicU64 = AtomicU64::new(0);
 static REPOSTED: AtomicU64 = AtomicU64::new(0);
 static SINGLES: AtomicU64 = AtomicU64::new(0);
+static GROWN: AtomicU64 = AtomicU64::new(0);
 
 /// What bundling did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,6 +54,9 @@ pub struct BundleCounts {
     /// Sends `isend` held back while the open bundle they would join was full
     /// and could not go yet.
     pub held: u64,
+    /// Receive comms that posted all their bundle receives, their first bundle
+    /// having come (each posts one until then).
+    pub grown: u64,
 }
 
 /// This process's [`BundleCounts`] so far.
@@ -70,5 +74,6 @@ pub fn bundle_counts() -> BundleCounts {
         deferred: DEFERRED.load(Ordering::Relaxed),
         reposted: REPOSTED.load(Ordering::Relaxed),
         held: tx::held_count(),
+        grown: GROWN.load(Ordering::Relaxed),
     }
 }

@@ -7,16 +7,25 @@ use std::sync::atomic::Ordering;
 use cclkit_abi::{Result, nccl_warn};
 
 use super::super::{Engine, OpId, Owner, Post, State};
-use super::{DEFERRED, EARLY, REPOSTED};
+use super::{DEFERRED, EARLY, GROWN, REPOSTED};
 use crate::bundle;
 use crate::tags::Ctrl;
 
-/// Bundle receives a receive comm keeps posted. They stand in the provider's
-/// receive queue for the comm's life, next to NCCL's receives. Fewer let a
-/// sender outrun them: measured with 2, bundles arriving with no receive posted
-/// piled up in `ofi_rxm`'s unexpected list, which every later receive post
-/// scans, and 4 KiB streams ran at 0.15-0.8x the raw loop instead of 1.5x.
+/// Bundle receives a receive comm keeps posted once its sender has bundled.
+/// They stand in the provider's receive queue for the comm's life, next to
+/// NCCL's receives. Fewer let a sender outrun them: measured with 2, bundles
+/// arriving with no receive posted piled up in `ofi_rxm`'s unexpected list,
+/// which every later receive post scans, and 4 KiB streams ran at 0.15-0.8x
+/// the raw loop instead of 1.5x.
 pub(in crate::engine) const RX_BUFFERS: usize = 8;
+/// Bundle receives a receive comm posts before its first bundle arrives. The
+/// providers match a message against their posted receives one by one, in
+/// posting order (`tcp`'s `xnet_match_tag`), and standing receives posted at
+/// connect stay first: with 8 per comm, 2 ranks through the runtime (5
+/// receive comms each, no bundles) spent about 1 us per message scanning them
+/// (`perf`: `xnet_match_tag` 3 % of all samples, from none with bundles off).
+/// The first bundle shows the sender bundles; the others are posted then.
+const RX_FIRST: usize = 1;
 /// Receive-queue entries NCCL's receives leave to control receives when bundles
 /// are on (see [`Engine::rx_reserved_for_bundles`]).
 const CTRL_ENTRIES: usize = 4;
@@ -80,6 +89,10 @@ pub struct Rx {
     waiters: Vec<Waiter>,
     stash: Vec<Stashed>,
     held: Vec<Option<Held>>,
+    /// All `RX_BUFFERS` bundle receives have been posted (a bundle came).
+    grown: bool,
+    /// Bytes of each bundle receive.
+    buf_len: usize,
     /// Bundle buffers whose post met a full receive queue (`-FI_EAGAIN`): retried
     /// by each progress call, never queued in the receive backlog, where a standing
     /// receive would hold up every post behind it.
@@ -128,8 +141,9 @@ impl Engine {
     }
 
     /// Makes connection `conn` (receive comm `comm_id`) take bundles of up to
-    /// `max` bytes: posts `RX_BUFFERS` (8) bundle receives. `false` (nothing done)
-    /// when the endpoint's budget of standing receives is spent.
+    /// `max` bytes: reserves `RX_BUFFERS` (8) entries of the receive queue and
+    /// posts `RX_FIRST` of them (the rest when the first bundle comes). `false`
+    /// (nothing done) when the endpoint's budget of standing receives is spent.
     pub fn enable_bundle_rx(&mut self, conn: u64, comm_id: u16, max: usize) -> Result<bool> {
         if self.bundle_rx_standing + RX_BUFFERS > self.bundle_rx_budget {
             return Ok(false);
@@ -137,10 +151,11 @@ impl Engine {
         let c = self.conn(conn)?;
         c.rx = Some(Rx {
             comm_id,
+            buf_len: max,
             ..Rx::default()
         });
         self.bundle_rx_standing += RX_BUFFERS;
-        for _ in 0..RX_BUFFERS {
+        for _ in 0..RX_FIRST {
             self.post_bundle_recv(conn, vec![0u8; max].into_boxed_slice())?;
         }
         Ok(true)
@@ -355,7 +370,25 @@ impl Engine {
                 return;
             }
         };
+        self.grow_bundle_rx(conn);
         self.unbundle(conn, BundleBuf::Posted(buf), n);
+    }
+
+    /// A bundle came: the comm's sender bundles, so the comm posts the rest of
+    /// its `RX_BUFFERS` bundle receives (once).
+    fn grow_bundle_rx(&mut self, conn: u64) {
+        let Some(rx) = self.rx(conn).filter(|rx| !rx.grown) else {
+            return;
+        };
+        rx.grown = true;
+        let len = rx.buf_len;
+        GROWN.fetch_add(1, Ordering::Relaxed);
+        for _ in RX_FIRST..RX_BUFFERS {
+            if let Err(e) = self.post_bundle_recv(conn, vec![0u8; len].into_boxed_slice()) {
+                self.fail_conn(conn, format!("posting a bundle receive failed: {e}"));
+                return;
+            }
+        }
     }
 
     /// Delivers the records of the `n`-byte bundle in `buf` to the waiting
