@@ -38,9 +38,16 @@ use crate::mr::RmaTarget;
 use crate::proto::{CTS_LEN, Cts};
 use crate::tags::Ctrl;
 
-/// Clear-to-write receives a send comm keeps posted (NCCL has up to
-/// `NCCL_STEPS` = 8 receives in flight per connection).
+/// Clear-to-write receives a send comm keeps posted once offers of receives
+/// come (NCCL has up to `NCCL_STEPS` = 8 receives in flight per connection).
 const CTS_BUFFERS: usize = 8;
+/// Clear-to-write receives a send comm posts before its first offer of a
+/// receive (slot offers, made at connect, come through it one by one): the
+/// providers match each message against their posted receives in order, and
+/// receives that stand unused at the head of that list cost every message
+/// (`bundle/rx.rs`, `RX_FIRST`). A comm whose receives are never offered
+/// (all smaller than the write range) keeps one.
+const CTS_FIRST: usize = 1;
 /// Offers a send comm keeps at most; past that the oldest goes (each costs the
 /// peer nothing: its receive completes by a tagged send instead).
 const MAX_OFFERS: usize = 1024;
@@ -59,6 +66,7 @@ static MISSED: AtomicU64 = AtomicU64::new(0);
 static ARRIVED: AtomicU64 = AtomicU64::new(0);
 static WAITED: AtomicU64 = AtomicU64::new(0);
 static EXPIRED: AtomicU64 = AtomicU64::new(0);
+static GROWN: AtomicU64 = AtomicU64::new(0);
 
 /// What the write path did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +85,9 @@ pub struct WriteCounts {
     pub waited: u64,
     /// Sends whose wait for an offer ran out (they went without it).
     pub expired: u64,
+    /// Send comms that posted all their offer receives, an offer of a receive
+    /// having come (each posts one until then).
+    pub grown: u64,
 }
 
 /// This process's [`WriteCounts`] so far.
@@ -89,6 +100,7 @@ pub fn write_counts() -> WriteCounts {
         arrived: ARRIVED.load(Ordering::Relaxed),
         waited: WAITED.load(Ordering::Relaxed),
         expired: EXPIRED.load(Ordering::Relaxed),
+        grown: GROWN.load(Ordering::Relaxed),
     }
 }
 
@@ -114,6 +126,8 @@ pub struct WriteTx {
     /// Latest sequence number per NCCL tag an offer arrived for (used, stale or
     /// not): a receiver that offered the sends just before one will offer it too.
     seen: Vec<(i32, u32)>,
+    /// All `CTS_BUFFERS` offer receives have been posted (an offer of a receive came).
+    grown: bool,
 }
 
 /// The receiving side of a connection that takes writes.
@@ -190,9 +204,11 @@ impl Engine {
             offers: VecDeque::new(),
             sent: Vec::new(),
             seen: Vec::new(),
+            grown: false,
         });
+        // Entries for all of them stay reserved; `CTS_FIRST` posted now.
         self.bundle_rx_standing += CTS_BUFFERS;
-        for _ in 0..CTS_BUFFERS {
+        for _ in 0..CTS_FIRST {
             self.post_cts_recv(conn, vec![0u8; CTS_LEN].into_boxed_slice())?;
         }
         Ok(())
@@ -277,6 +293,7 @@ impl Engine {
         else {
             return;
         };
+        let mut grow = false;
         match Cts::decode(&buf[..n.min(buf.len())]) {
             // The write's CQ data could not name it (no receiver of ours sends one).
             Some(cts) if u32::from(cts.token) >= 1 << TOKEN_BITS => nccl_warn!(
@@ -289,6 +306,7 @@ impl Engine {
             }
             Some(cts) => {
                 ARRIVED.fetch_add(1, Ordering::Relaxed);
+                grow = !std::mem::replace(&mut w.grown, true);
                 match w.seen.iter_mut().find(|(t, _)| *t == cts.tag) {
                     Some((_, s)) if before(*s, cts.seq) => *s = cts.seq,
                     Some(_) => {}
@@ -308,11 +326,22 @@ impl Engine {
             }
             None => nccl_warn!("NET/OFI: ignored a malformed clear-to-write message ({n} bytes)"),
         }
-        if let Err(e) = self.post_cts_recv(conn, buf) {
-            self.fail_conn(
-                conn,
-                format!("re-posting a clear-to-write receive failed: {e}"),
-            );
+        let more = if grow {
+            GROWN.fetch_add(1, Ordering::Relaxed);
+            CTS_BUFFERS - CTS_FIRST
+        } else {
+            0
+        };
+        let bufs =
+            std::iter::once(buf).chain((0..more).map(|_| vec![0u8; CTS_LEN].into_boxed_slice()));
+        for b in bufs {
+            if let Err(e) = self.post_cts_recv(conn, b) {
+                self.fail_conn(
+                    conn,
+                    format!("posting a clear-to-write receive failed: {e}"),
+                );
+                return;
+            }
         }
     }
 
