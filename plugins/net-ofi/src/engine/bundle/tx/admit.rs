@@ -45,9 +45,9 @@ impl Engine {
     /// and waits for a slot. Such a send would otherwise go alone as a tagged
     /// message, which `ofi_rxm` segments above 16 KiB; `isend` holds it
     /// instead (`data::isend`) until the bundle goes, within the bundle's own
-    /// time bound. Streams of 16-28 KiB on libfabric 2.6 then travelled 87-100
-    /// % in slots instead of 45-70 %, at 1.4-1.8x raw libfabric instead of
-    /// 1.1-1.4x (`docs/PERFORMANCE.md`).
+    /// time bound. Streams of 16-28 KiB on libfabric 2.6 then travelled 90-100
+    /// % in slots instead of 47-85 %, at 1.6-1.7x raw libfabric instead of
+    /// 1.1-1.5x (`docs/PERFORMANCE.md`, fourteenth pass).
     pub fn bundle_full(&self, conn: u64, len: usize) -> bool {
         self.joins_bundle(conn, len)
             && self.tx_ref(conn).is_some_and(|tx| {
