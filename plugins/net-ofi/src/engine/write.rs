@@ -27,7 +27,7 @@
 //! buffer in one message.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use cclkit_abi::raw::common::subsys;
 use cclkit_abi::{Result, nccl_info, nccl_warn};
@@ -59,56 +59,9 @@ const LEN_BITS: u32 = 28;
 /// Token bits in a write's CQ data (receive offers below `SLOT_TOKEN0`, slots from it).
 const TOKEN_BITS: u32 = 12;
 
-static OFFERS: AtomicU64 = AtomicU64::new(0);
-static WRITES: AtomicU64 = AtomicU64::new(0);
-static LANDED: AtomicU64 = AtomicU64::new(0);
-static MISSED: AtomicU64 = AtomicU64::new(0);
-static ARRIVED: AtomicU64 = AtomicU64::new(0);
-static WAITED: AtomicU64 = AtomicU64::new(0);
-static EXPIRED: AtomicU64 = AtomicU64::new(0);
-static GROWN: AtomicU64 = AtomicU64::new(0);
-
-/// What the write path did in this process (all devices), for tests and benchmarks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WriteCounts {
-    /// Receives offered as write targets.
-    pub offers: u64,
-    /// Sends that went as writes.
-    pub writes: u64,
-    /// Writes that arrived into an offered receive.
-    pub landed: u64,
-    /// Sends in the write range that found no offer (they went as tagged sends).
-    pub missed: u64,
-    /// Offers read by send comms (used, stale or not).
-    pub arrived: u64,
-    /// Sends that waited in `isend` for their offer and got it.
-    pub waited: u64,
-    /// Sends whose wait for an offer ran out (they went without it).
-    pub expired: u64,
-    /// Send comms that posted all their offer receives, an offer of a receive
-    /// having come (each posts one until then).
-    pub grown: u64,
-}
-
-/// This process's [`WriteCounts`] so far.
-pub fn write_counts() -> WriteCounts {
-    WriteCounts {
-        offers: OFFERS.load(Ordering::Relaxed),
-        writes: WRITES.load(Ordering::Relaxed),
-        landed: LANDED.load(Ordering::Relaxed),
-        missed: MISSED.load(Ordering::Relaxed),
-        arrived: ARRIVED.load(Ordering::Relaxed),
-        waited: WAITED.load(Ordering::Relaxed),
-        expired: EXPIRED.load(Ordering::Relaxed),
-        grown: GROWN.load(Ordering::Relaxed),
-    }
-}
-
-/// Counts a send that waited for its offer: it came (`got`) or the wait ran out.
-pub fn count_offer_wait(got: bool) {
-    let c = if got { &WAITED } else { &EXPIRED };
-    c.fetch_add(1, Ordering::Relaxed);
-}
+mod counts;
+use counts::{ARRIVED, GROWN, LANDED, MISSED, OFFERS, WRITES};
+pub use counts::{WriteCounts, count_offer_wait, write_counts};
 
 /// The sending side of a connection that writes.
 #[derive(Debug)]
