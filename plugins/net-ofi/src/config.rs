@@ -240,8 +240,8 @@ impl Config {
     /// libfabric 2.x lists before `tcp;ofi_rxm`) has no such limit, and bundles
     /// of [`NATIVE_TCP_BUNDLE`] streamed 8-32 KiB sends 1.1-1.9x raw libfabric
     /// there, where 16 KiB bundles left them at 0.90-0.94x and 64 KiB ones left
-    /// 32 KiB at 0.93-1.04x (docs/PERFORMANCE.md). A receive comm keeps eight
-    /// bundle receives posted: 1 MiB.
+    /// 32 KiB at 0.93-1.04x (docs/PERFORMANCE.md). A receive comm that has
+    /// received a bundle keeps eight bundle receives posted: 1 MiB.
     pub fn bundle_bytes_for(&self, provider: &str) -> usize {
         if let Some(n) = self.bundle_bytes {
             return n;
