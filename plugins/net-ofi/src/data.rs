@@ -179,11 +179,21 @@ fn await_offer(e: &mut Engine, comm: &mut SendComm, tag: i32, len: usize) -> Res
         return Ok(false);
     }
     let now = Instant::now();
-    let since = match comm.held {
-        Some((t, s, since)) if t == tag && s == seq => since,
-        _ => comm.held.insert((tag, seq, now)).2,
-    };
+    let (since, _) = hold(&mut comm.held, (tag, seq), now);
     Ok(now.duration_since(since) < most)
+}
+
+/// When the send `(tag, seq)` began to be held in `slot` (now, if it was not
+/// the send held there), and whether that is now.
+fn hold(
+    slot: &mut Option<(i32, u32, Instant)>,
+    (tag, seq): (i32, u32),
+    now: Instant,
+) -> (Instant, bool) {
+    match *slot {
+        Some((t, s, since)) if (t, s) == (tag, seq) => (since, false),
+        _ => (slot.insert((tag, seq, now)).2, true),
+    }
 }
 
 /// Longest `isend` holds a send for the full open bundle it would join: the
@@ -197,25 +207,24 @@ const BUNDLE_HOLD: Duration = Duration::from_micros(200);
 /// opens the next bundle once this one has gone, where going alone it would
 /// be a tagged message that `ofi_rxm` segments. At most [`BUNDLE_HOLD`].
 fn await_bundle(e: &mut Engine, comm: &mut SendComm, tag: i32, len: usize) -> bool {
-    let seq = comm.seqs.peek(tag);
-    let full =
-        |e: &Engine| e.bundle_full(comm.conn, len) && !e.offer_in_hand(comm.conn, tag, seq, len);
-    if full(e) {
+    let full = e.bundle_full(comm.conn, len) && {
         // The bundle may go on this progress pass.
         e.progress();
-    }
-    if !full(e) {
+        e.bundle_full(comm.conn, len)
+    };
+    if !full {
         comm.held_for_bundle = None;
         return false;
     }
+    let seq = comm.seqs.peek(tag);
+    if e.offer_in_hand(comm.conn, tag, seq, len) {
+        return false;
+    }
     let now = Instant::now();
-    let since = match comm.held_for_bundle {
-        Some((t, s, since)) if t == tag && s == seq => since,
-        _ => {
-            count_bundle_hold();
-            comm.held_for_bundle.insert((tag, seq, now)).2
-        }
-    };
+    let (since, new) = hold(&mut comm.held_for_bundle, (tag, seq), now);
+    if new {
+        count_bundle_hold();
+    }
     now.duration_since(since) < BUNDLE_HOLD
 }
 

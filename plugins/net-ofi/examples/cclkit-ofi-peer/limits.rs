@@ -249,6 +249,14 @@ fn late_comm(l: &mut Link, abi: Abi, seed: u64) -> R<()> {
     }
     grouped.send_and_check(l, seed)?;
     receive_each(&mut late, seed, 2000, 80)?;
+    // Only the new receive comm had yet to post its other bundle receives
+    // (`l`'s did when bundles first came, in `starved`).
+    let grown = bundle_counts().grown - before.grown;
+    if grown != 1 {
+        return Err(format!(
+            "{grown} receive comms posted their other bundle receives as the burst came; expected 1"
+        ));
+    }
     let s = send_one(&mut late, &[1u8; 8], 81)?;
     wait(Side::Send(&mut late.send), s)?;
     wait(Side::Recv(&mut late.recv), probe)?;

@@ -152,7 +152,7 @@ pub fn loopback(
         crate::slots::check(&mut l, seed)?;
     }
     if writes {
-        crate::writes::check(&mut l, seed, large)?;
+        crate::writes::check(&mut l, abi, seed, large)?;
     }
     if truncate {
         truncation(&mut l, &mut big, &mut small)?;

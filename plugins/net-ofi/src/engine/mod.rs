@@ -261,8 +261,6 @@ pub struct Engine {
     me: ProcId,
     liveness: Option<Duration>,
     liveness_proc: bool,
-    /// Entries completion reads fill (`progress.rs`), kept: not zeroed per read.
-    cq_entries: Vec<crate::sys::fi_cq_tagged_entry>,
 }
 
 // SAFETY: the raw pointers inside (libfabric's scratch in `fi_context2`, buffer
@@ -308,7 +306,6 @@ impl Engine {
             me: ProcId::current(),
             liveness: liveness.interval,
             liveness_proc: liveness.proc_check,
-            cq_entries: Vec::new(),
         };
         e.post_ping_sink()?;
         Ok(e)

@@ -57,16 +57,10 @@ impl Engine {
     }
 
     fn read_cq(&mut self) {
-        let mut entries = std::mem::take(&mut self.cq_entries);
-        entries.resize(CQ_BATCH, sys::fi_cq_tagged_entry::default());
-        self.read_cq_into(&mut entries);
-        self.cq_entries = entries;
-    }
-
-    fn read_cq_into(&mut self, entries: &mut [sys::fi_cq_tagged_entry]) {
+        let mut entries = [sys::fi_cq_tagged_entry::default(); CQ_BATCH];
         for _ in 0..MAX_BATCHES {
             CQ_READS.fetch_add(1, Ordering::Relaxed);
-            match self.cq.read(entries) {
+            match self.cq.read(&mut entries) {
                 Ok(n) => {
                     for e in &entries[..n] {
                         // A peer's write: no operation of ours (op_context is

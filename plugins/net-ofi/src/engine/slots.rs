@@ -48,8 +48,6 @@ pub(in crate::engine) const SLOTS: usize = 8;
 /// slot (`bundle/tx.rs`).
 pub(in crate::engine) const SLOT_BYTES: usize =
     SLOT_RECORD + crate::bundle::HEADER + crate::bundle::RECORD;
-const _: () =
-    assert!(4 * crate::bundle::record_bytes(SLOT_SHARED) + crate::bundle::HEADER <= SLOT_BYTES);
 /// Largest record a slot holds: the whole slot but its two headers.
 pub(in crate::engine) const SLOT_RECORD: usize = 128 << 10;
 /// Largest send four of which share one slot (32,752 bytes). Sends of the
@@ -61,6 +59,8 @@ pub(in crate::engine) const SLOT_RECORD: usize = 128 << 10;
 /// libfabric 2.6 (1.1-1.2x against 0.9x).
 pub const SLOT_SHARED: usize =
     ((SLOT_BYTES - crate::bundle::HEADER) / 4 - crate::bundle::RECORD) / 8 * 8;
+const _: () =
+    assert!(4 * crate::bundle::record_bytes(SLOT_SHARED) + crate::bundle::HEADER <= SLOT_BYTES);
 /// First token of the slots: tokens of single receives' offers stay below.
 pub(in crate::engine) const SLOT_TOKEN0: u16 = 0xff0;
 /// Slot offers a sender keeps (a peer repeating offers cannot grow the list).

@@ -38,16 +38,14 @@ use crate::mr::RmaTarget;
 use crate::proto::{CTS_LEN, Cts};
 use crate::tags::Ctrl;
 
-/// Clear-to-write receives a send comm keeps posted once offers of receives
-/// come (NCCL has up to `NCCL_STEPS` = 8 receives in flight per connection).
+/// Clear-to-write receives a send comm keeps posted (NCCL has up to
+/// `NCCL_STEPS` = 8 receives in flight per connection). All are posted at
+/// connect, unlike bundle receives (`bundle/rx.rs`, `RX_FIRST`): a receiver
+/// with bundle slots offers its 8 slots right after accept, and through one
+/// offer receive those reached the sender one per progress call, so a new
+/// connection's first receive offers came late and its first sends went
+/// unwritten.
 const CTS_BUFFERS: usize = 8;
-/// Clear-to-write receives a send comm posts before its first offer of a
-/// receive (slot offers, made at connect, come through it one by one): the
-/// providers match each message against their posted receives in order, and
-/// receives that stand unused at the head of that list cost every message
-/// (`bundle/rx.rs`, `RX_FIRST`). A comm whose receives are never offered
-/// (all smaller than the write range) keeps one.
-const CTS_FIRST: usize = 1;
 /// Offers a send comm keeps at most; past that the oldest goes (each costs the
 /// peer nothing: its receive completes by a tagged send instead).
 const MAX_OFFERS: usize = 1024;
@@ -60,7 +58,7 @@ const LEN_BITS: u32 = 28;
 const TOKEN_BITS: u32 = 12;
 
 mod counts;
-use counts::{ARRIVED, GROWN, LANDED, MISSED, OFFERS, WRITES};
+use counts::{ARRIVED, LANDED, MISSED, OFFERS, WRITES};
 pub use counts::{WriteCounts, count_offer_wait, write_counts};
 
 /// The sending side of a connection that writes.
@@ -79,8 +77,6 @@ pub struct WriteTx {
     /// Latest sequence number per NCCL tag an offer arrived for (used, stale or
     /// not): a receiver that offered the sends just before one will offer it too.
     seen: Vec<(i32, u32)>,
-    /// All `CTS_BUFFERS` offer receives have been posted (an offer of a receive came).
-    grown: bool,
 }
 
 /// The receiving side of a connection that takes writes.
@@ -157,11 +153,9 @@ impl Engine {
             offers: VecDeque::new(),
             sent: Vec::new(),
             seen: Vec::new(),
-            grown: false,
         });
-        // Entries for all of them stay reserved; `CTS_FIRST` posted now.
         self.bundle_rx_standing += CTS_BUFFERS;
-        for _ in 0..CTS_FIRST {
+        for _ in 0..CTS_BUFFERS {
             self.post_cts_recv(conn, vec![0u8; CTS_LEN].into_boxed_slice())?;
         }
         Ok(())
@@ -246,7 +240,6 @@ impl Engine {
         else {
             return;
         };
-        let mut grow = false;
         match Cts::decode(&buf[..n.min(buf.len())]) {
             // The write's CQ data could not name it (no receiver of ours sends one).
             Some(cts) if u32::from(cts.token) >= 1 << TOKEN_BITS => nccl_warn!(
@@ -259,7 +252,6 @@ impl Engine {
             }
             Some(cts) => {
                 ARRIVED.fetch_add(1, Ordering::Relaxed);
-                grow = !std::mem::replace(&mut w.grown, true);
                 match w.seen.iter_mut().find(|(t, _)| *t == cts.tag) {
                     Some((_, s)) if before(*s, cts.seq) => *s = cts.seq,
                     Some(_) => {}
@@ -279,22 +271,11 @@ impl Engine {
             }
             None => nccl_warn!("NET/OFI: ignored a malformed clear-to-write message ({n} bytes)"),
         }
-        let more = if grow {
-            GROWN.fetch_add(1, Ordering::Relaxed);
-            CTS_BUFFERS - CTS_FIRST
-        } else {
-            0
-        };
-        let bufs =
-            std::iter::once(buf).chain((0..more).map(|_| vec![0u8; CTS_LEN].into_boxed_slice()));
-        for b in bufs {
-            if let Err(e) = self.post_cts_recv(conn, b) {
-                self.fail_conn(
-                    conn,
-                    format!("posting a clear-to-write receive failed: {e}"),
-                );
-                return;
-            }
+        if let Err(e) = self.post_cts_recv(conn, buf) {
+            self.fail_conn(
+                conn,
+                format!("re-posting a clear-to-write receive failed: {e}"),
+            );
         }
     }
 

@@ -93,14 +93,24 @@ impl Tx {
         }
     }
 
+    /// Whether the open bundle outgrew a tagged bundle and has no slot yet.
+    fn slot_missing(&self) -> bool {
+        self.slot.is_none() && self.open.as_ref().is_some_and(|w| w.used() > self.max)
+    }
+
     /// Whether the open bundle needs a slot it does not have yet (it outgrew a
     /// tagged bundle); takes one if one is on offer.
     fn wants_slot(&mut self) -> bool {
-        let grown = self.open.as_ref().is_some_and(|w| w.used() > self.max);
-        if grown && self.slot.is_none() {
+        if self.slot_missing() {
             self.slot = self.slots.pop();
         }
-        grown && self.slot.is_none()
+        self.slot_missing()
+    }
+
+    /// [`Tx::wants_slot`] without taking one: the open bundle waits for a slot
+    /// and none is on offer.
+    fn waits_for_slot(&self) -> bool {
+        self.slot_missing() && self.slots.is_empty()
     }
 
     /// Keeps a slot offer; `false` when this connection asked for none. Offers

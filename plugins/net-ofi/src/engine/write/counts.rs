@@ -10,7 +10,6 @@ pub(super) static MISSED: AtomicU64 = AtomicU64::new(0);
 pub(super) static ARRIVED: AtomicU64 = AtomicU64::new(0);
 static WAITED: AtomicU64 = AtomicU64::new(0);
 static EXPIRED: AtomicU64 = AtomicU64::new(0);
-pub(super) static GROWN: AtomicU64 = AtomicU64::new(0);
 
 /// What the write path did in this process (all devices), for tests and benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,9 +28,6 @@ pub struct WriteCounts {
     pub waited: u64,
     /// Sends whose wait for an offer ran out (they went without it).
     pub expired: u64,
-    /// Send comms that posted all their offer receives, an offer of a receive
-    /// having come (each posts one until then).
-    pub grown: u64,
 }
 
 /// This process's [`WriteCounts`] so far.
@@ -44,7 +40,6 @@ pub fn write_counts() -> WriteCounts {
         arrived: ARRIVED.load(Ordering::Relaxed),
         waited: WAITED.load(Ordering::Relaxed),
         expired: EXPIRED.load(Ordering::Relaxed),
-        grown: GROWN.load(Ordering::Relaxed),
     }
 }
 

@@ -49,13 +49,12 @@ impl Engine {
     /// % in slots instead of 47-85 %, at 1.6-1.7x raw libfabric instead of
     /// 1.1-1.5x (`docs/PERFORMANCE.md`, fourteenth pass).
     pub fn bundle_full(&self, conn: u64, len: usize) -> bool {
-        self.joins_bundle(conn, len)
-            && self.tx_ref(conn).is_some_and(|tx| {
-                let Some(w) = tx.open.as_ref() else {
-                    return false;
-                };
-                let waits_for_slot = w.used() > tx.max && tx.slot.is_none() && tx.slots.is_empty();
-                !w.fits(len) && (tx.bundles >= MAX_TX_BUNDLES || waits_for_slot)
-            })
+        // The open bundle makes the connection busy, so such a send would
+        // join it if it is not larger than a bundle takes.
+        self.tx_ref(conn).is_some_and(|tx| {
+            tx.open.as_ref().is_some_and(|w| !w.fits(len))
+                && len <= tx.max_queued()
+                && (tx.bundles >= MAX_TX_BUNDLES || tx.waits_for_slot())
+        })
     }
 }
