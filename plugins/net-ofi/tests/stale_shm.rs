@@ -1,8 +1,9 @@
 //! A killed process leaves its `shm` region in `/dev/shm`, named after its PID. When
 //! the kernel later hands that PID to a new process, the region's owner PID is alive
 //! (it is the new process) and `fi_enable` refuses it with `-FI_EBUSY`, unlinking it
-//! as it refuses. `Endpoint::open` retries once, so a job never fails on an old
-//! crash. This test plants such a region for the next endpoint this process opens.
+//! as it refuses. `Endpoint::open` retries once (libfabric 1.x), and libfabric 2.x
+//! retries itself under a seeded name, so a job never fails on an old crash. This
+//! test plants such a region for the next endpoint this process opens.
 //! It is alone in its file: the endpoint index libfabric puts in region names is
 //! process-wide, and no other test may open endpoints meanwhile.
 
@@ -27,8 +28,10 @@ fn shm_endpoint() -> Result<Endpoint, cclkit_net_ofi::fabric::FiError> {
     Endpoint::open(&domain, info, &cq, &av)
 }
 
-/// This process's regions: `/dev/shm/<pid>:<uid>:<endpoint index>` in libfabric 1.17.
-fn own_regions() -> Vec<(PathBuf, String, u32)> {
+/// This process's regions: `/dev/shm/<pid>:<uid>:<endpoint index>` (a region
+/// libfabric 2.x renamed after `-FI_EBUSY` has `:<seed>` appended), as (path,
+/// uid, index, seed).
+fn own_regions() -> Vec<(PathBuf, String, u32, Option<u32>)> {
     let prefix = format!("{}:", std::process::id());
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/dev/shm").expect("/dev/shm") {
@@ -40,10 +43,14 @@ fn own_regions() -> Vec<(PathBuf, String, u32)> {
         let Some(rest) = name.strip_prefix(&prefix) else {
             continue;
         };
-        if let Some((uid, idx)) = rest.rsplit_once(':')
-            && let Ok(idx) = idx.parse()
-        {
-            found.push((Path::new("/dev/shm").join(&name), uid.to_owned(), idx));
+        let parts: Vec<&str> = rest.split(':').collect();
+        let num = |i: usize| parts.get(i).and_then(|p| p.parse::<u32>().ok());
+        if let (2 | 3, Some(idx)) = (parts.len(), num(1)) {
+            let seed = if parts.len() == 3 { num(2) } else { None };
+            if parts.len() == 2 || seed.is_some() {
+                let path = Path::new("/dev/shm").join(&name);
+                found.push((path, parts[0].to_owned(), idx, seed));
+            }
         }
     }
     found.sort_by_key(|r| r.2);
@@ -55,7 +62,7 @@ fn a_stale_region_with_a_reused_pid_is_replaced() {
     let first = shm_endpoint().expect("first shm endpoint");
     let regions = own_regions();
     assert_eq!(regions.len(), 1, "one region for one endpoint: {regions:?}");
-    let (path, uid, idx) = &regions[0];
+    let (path, uid, idx, _) = &regions[0];
     // A copy of a live region records this PID as its owner: exactly what a killed
     // process leaves behind once its PID is ours.
     let stale = Path::new("/dev/shm").join(format!("{}:{uid}:{}", std::process::id(), idx + 1));
@@ -66,8 +73,18 @@ fn a_stale_region_with_a_reused_pid_is_replaced() {
         !stale.exists(),
         "libfabric unlinked the stale region before the retry"
     );
-    let after: Vec<u32> = own_regions().iter().map(|r| r.2).collect();
-    assert_eq!(after, vec![*idx, idx + 2], "the retry took the next index");
+    let after: Vec<(u32, Option<u32>)> = own_regions().iter().map(|r| (r.2, r.3)).collect();
+    // 1.x: `Endpoint::open`'s retry took the next index. 2.x: libfabric retried
+    // the busy name itself, with a seed appended.
+    let retried = match after.get(1) {
+        Some(&(i, None)) => i == idx + 2,
+        Some(&(i, Some(_))) => i == idx + 1,
+        None => false,
+    };
+    assert!(
+        after.len() == 2 && after[0] == (*idx, None) && retried,
+        "the original region and one retried past the stale one: {after:?}"
+    );
     drop(second);
     drop(first);
     assert!(own_regions().is_empty(), "closing removes both regions");

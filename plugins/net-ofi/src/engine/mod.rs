@@ -14,6 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use cclkit_abi::{Result, nccl_warn};
@@ -34,7 +35,7 @@ mod write;
 pub use bundle::{BundleCounts, bundle_counts, count_bundle_hold};
 pub use conns::Conn;
 use conns::Ids;
-pub use progress::cq_reads;
+pub use progress::{cq_reads, receives_refused};
 pub use slots::SLOT_SHARED;
 pub use write::{WriteCounts, count_offer_wait, write_counts};
 
@@ -498,7 +499,12 @@ impl Engine {
                 self.rx_posted += usize::from(counted);
                 Ok(true)
             }
-            Err(e) if e.is_again() => Ok(false),
+            Err(e) if e.is_again() => {
+                if matches!(post, Post::Recv { .. }) {
+                    progress::RECVS_REFUSED.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(false)
+            }
             Err(e) => Err(e),
         }
     }

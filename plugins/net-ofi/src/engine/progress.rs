@@ -21,6 +21,16 @@ static CQ_READS: AtomicU64 = AtomicU64::new(0);
 pub fn cq_reads() -> u64 {
     CQ_READS.load(Ordering::Relaxed)
 }
+/// Receives the providers refused with `-FI_EAGAIN` in this process (all devices).
+pub(super) static RECVS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// How many receive posts a provider has refused with `-FI_EAGAIN` in this
+/// process, for checks whose premise is a full receive queue: libfabric 2.x's
+/// `ofi_rxm` grows its receive pool past `FI_OFI_RXM_RX_SIZE` and refuses none.
+pub fn receives_refused() -> u64 {
+    RECVS_REFUSED.load(Ordering::Relaxed)
+}
+
 /// Bounds one progress call so a flood of completions cannot stall the caller.
 const MAX_BATCHES: usize = 64;
 
