@@ -97,8 +97,8 @@ pub struct PerfArgs {
     /// Run this many local ranks (ignored under a launcher such as mpirun or srun).
     #[arg(long = "np", default_value_t = 1, value_parser = options::np_arg)]
     pub np: usize,
-    /// Pinning of --np ranks: auto (as mpirun: a core each for up to 2 ranks), core,
-    /// or none.
+    /// Pinning of --np ranks: auto (as mpirun: a core each for up to 2 ranks; round
+    /// robin when ranks outnumber the CPUs), core (round robin), or none.
     #[arg(long = "bind", value_enum, default_value = "auto")]
     pub bind: place::Bind,
     /// Where buffers live and reductions run: `host` (default), `cuda` (local rank

@@ -1,12 +1,17 @@
 //! Where `cclkit perf --np N` puts its ranks: the loopback interface for the socket
-//! transports (every rank is on this host) and, like `mpirun`, one core per rank
-//! when there are at most two ranks.
+//! transports (every rank is on this host); like `mpirun`, one core per rank when
+//! there are at most two ranks; and, when ranks outnumber the CPUs, rank i on CPU
+//! i mod n.
 
 /// `--bind`: how local ranks are pinned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Bind {
-    /// `mpirun`'s default: one core per rank for up to two ranks (when there are
-    /// enough cores), otherwise not pinned.
+    /// `mpirun`'s default for up to two ranks (one core each, when there are
+    /// enough cores); ranks that outnumber the CPUs as [`Core`](Self::Core); not
+    /// pinned in between. Unpinned, more ranks than CPUs flip between a fast and
+    /// a slow placement from run to run: 4 ranks on 2 CPUs took 22 or 37-41 us
+    /// for an 8-byte all-reduce and 6.2-6.4 ms for 4 MiB, pinned 22-25 us and
+    /// 3.8-4.1 ms (docs/PERFORMANCE.md).
     Auto,
     /// Rank i on the i-th allowed CPU (wrapping around).
     Core,
@@ -56,16 +61,20 @@ pub fn pinned_cpu() -> Option<usize> {
     }
 }
 
+/// Whether `mode` pins `local_size` ranks on `cpus` allowed CPUs.
+fn pins(mode: Bind, local_size: usize, cpus: usize) -> bool {
+    match mode {
+        Bind::None => false,
+        Bind::Core => cpus > 0,
+        Bind::Auto => cpus > 0 && (local_size <= 2.min(cpus) || local_size > cpus),
+    }
+}
+
 /// Pins this process (all its threads, present and future) for local rank
 /// `local_rank` of `local_size`; returns the CPU when it did.
 pub fn bind(mode: Bind, local_rank: usize, local_size: usize) -> Option<usize> {
     let cpus = allowed_cpus();
-    let pin = match mode {
-        Bind::None => false,
-        Bind::Core => !cpus.is_empty(),
-        Bind::Auto => local_size <= 2 && local_size <= cpus.len(),
-    };
-    if !pin {
+    if !pins(mode, local_size, cpus.len()) {
         return None;
     }
     let cpu = cpus[local_rank % cpus.len()];
@@ -94,9 +103,14 @@ mod tests {
     }
 
     #[test]
-    fn auto_binding_follows_mpirun() {
+    fn auto_binding_follows_mpirun_until_ranks_outnumber_cpus() {
         assert_eq!(bind(Bind::None, 0, 1), None);
-        // Many ranks: not pinned.
-        assert_eq!(bind(Bind::Auto, 0, 1000), None);
+        // Up to two ranks with a core each, as mpirun.
+        assert!(pins(Bind::Auto, 1, 2) && pins(Bind::Auto, 2, 2) && pins(Bind::Auto, 2, 16));
+        // Between two and the CPU count: free, as mpirun's socket binding.
+        assert!(!pins(Bind::Auto, 3, 16) && !pins(Bind::Auto, 16, 16));
+        // More ranks than CPUs: round robin.
+        assert!(pins(Bind::Auto, 3, 2) && pins(Bind::Auto, 17, 16));
+        assert!(!pins(Bind::Auto, 4, 0) && !pins(Bind::None, 4, 2) && pins(Bind::Core, 3, 16));
     }
 }
