@@ -98,7 +98,7 @@ pub struct PerfArgs {
     #[arg(long = "np", default_value_t = 1, value_parser = options::np_arg)]
     pub np: usize,
     /// Pinning of --np ranks: auto (as mpirun: a core each for up to 2 ranks; round
-    /// robin when ranks outnumber the CPUs), core (round robin), or none.
+    /// robin for a multiple of the CPU count), core (round robin), or none.
     #[arg(long = "bind", value_enum, default_value = "auto")]
     pub bind: place::Bind,
     /// Where buffers live and reductions run: `host` (default), `cuda` (local rank

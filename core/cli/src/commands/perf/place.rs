@@ -1,17 +1,19 @@
 //! Where `cclkit perf --np N` puts its ranks: the loopback interface for the socket
 //! transports (every rank is on this host); like `mpirun`, one core per rank when
-//! there are at most two ranks; and, when ranks outnumber the CPUs, rank i on CPU
-//! i mod n.
+//! there are at most two ranks; and, when ranks outnumber the CPUs evenly, rank i
+//! on CPU i mod n.
 
 /// `--bind`: how local ranks are pinned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Bind {
     /// `mpirun`'s default for up to two ranks (one core each, when there are
-    /// enough cores); ranks that outnumber the CPUs as [`Core`](Self::Core); not
-    /// pinned in between. Unpinned, more ranks than CPUs flip between a fast and
-    /// a slow placement from run to run: 4 ranks on 2 CPUs took 22 or 37-41 us
-    /// for an 8-byte all-reduce and 6.2-6.4 ms for 4 MiB, pinned 22-25 us and
-    /// 3.8-4.1 ms (docs/PERFORMANCE.md).
+    /// enough cores); a multiple of the CPU count as [`Core`](Self::Core), which
+    /// puts the same number of ranks on every CPU and ring neighbours on
+    /// different ones; otherwise not pinned. Unpinned, 4 ranks on 2 CPUs flip
+    /// between a fast and a slow placement from run to run: 22 or 37-41 us for
+    /// an 8-byte all-reduce and 6.2-6.4 ms for 4 MiB, pinned 22-25 us and
+    /// 3.8-4.1 ms. 3 ranks on 2 CPUs have no such placement; pinned or not they
+    /// took 19-34 us (docs/PERFORMANCE.md).
     Auto,
     /// Rank i on the i-th allowed CPU (wrapping around).
     Core,
@@ -66,7 +68,9 @@ fn pins(mode: Bind, local_size: usize, cpus: usize) -> bool {
     match mode {
         Bind::None => false,
         Bind::Core => cpus > 0,
-        Bind::Auto => cpus > 0 && (local_size <= 2.min(cpus) || local_size > cpus),
+        Bind::Auto => {
+            cpus > 0 && (local_size <= 2.min(cpus) || (local_size > cpus && local_size % cpus == 0))
+        }
     }
 }
 
@@ -103,14 +107,15 @@ mod tests {
     }
 
     #[test]
-    fn auto_binding_follows_mpirun_until_ranks_outnumber_cpus() {
+    fn auto_binding_follows_mpirun_until_ranks_outnumber_cpus_evenly() {
         assert_eq!(bind(Bind::None, 0, 1), None);
         // Up to two ranks with a core each, as mpirun.
         assert!(pins(Bind::Auto, 1, 2) && pins(Bind::Auto, 2, 2) && pins(Bind::Auto, 2, 16));
         // Between two and the CPU count: free, as mpirun's socket binding.
         assert!(!pins(Bind::Auto, 3, 16) && !pins(Bind::Auto, 16, 16));
-        // More ranks than CPUs: round robin.
-        assert!(pins(Bind::Auto, 3, 2) && pins(Bind::Auto, 17, 16));
+        // A multiple of the CPUs: round robin; more, unevenly: free.
+        assert!(pins(Bind::Auto, 4, 2) && pins(Bind::Auto, 6, 2) && pins(Bind::Auto, 32, 16));
+        assert!(!pins(Bind::Auto, 3, 2) && !pins(Bind::Auto, 17, 16) && pins(Bind::Auto, 2, 1));
         assert!(!pins(Bind::Auto, 4, 0) && !pins(Bind::None, 4, 2) && pins(Bind::Core, 3, 16));
     }
 }
