@@ -21,6 +21,7 @@ static CQ_READS: AtomicU64 = AtomicU64::new(0);
 pub fn cq_reads() -> u64 {
     CQ_READS.load(Ordering::Relaxed)
 }
+
 /// Receives the providers refused with `-FI_EAGAIN` in this process (all devices).
 pub(super) static RECVS_REFUSED: AtomicU64 = AtomicU64::new(0);
 

@@ -12,8 +12,8 @@ pub enum Bind {
     /// different ones; otherwise not pinned. Unpinned, 4 ranks on 2 CPUs flip
     /// between a fast and a slow placement from run to run: 22 or 37-41 us for
     /// an 8-byte all-reduce and 6.2-6.4 ms for 4 MiB, pinned 22-25 us and
-    /// 3.8-4.1 ms. 3 ranks on 2 CPUs have no such placement; pinned or not they
-    /// took 19-34 us (docs/PERFORMANCE.md).
+    /// 3.8-4.1 ms. 3 ranks on 2 CPUs have no such placement: pinned, their 8-byte
+    /// all-reduce took 21-31 us, unpinned 20-26 (docs/PERFORMANCE.md).
     Auto,
     /// Rank i on the i-th allowed CPU (wrapping around).
     Core,
