@@ -578,7 +578,5 @@ impl Engine {
 }
 
 mod admit;
-pub use admit::count_bundle_hold;
-pub(in crate::engine) use admit::held_count;
 #[cfg(test)]
 mod tests;

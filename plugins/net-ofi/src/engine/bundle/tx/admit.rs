@@ -1,22 +1,18 @@
 //! Which sends join the open bundle, and when a send must wait for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use super::super::super::Engine;
 use super::super::super::slots::SLOT_RECORD;
-use super::MAX_TX_BUNDLES;
+use super::{MAX_TX_BUNDLES, Tx};
 
-static HELD: AtomicU64 = AtomicU64::new(0);
-
-/// Sends `isend` held back because the open bundle they would join was full
-/// and could not go yet (see [`Engine::bundle_full`]), in this process.
-pub(in crate::engine) fn held_count() -> u64 {
-    HELD.load(Ordering::Relaxed)
-}
-
-/// Counts one send held for a full bundle (once per send, not per call).
-pub fn count_bundle_hold() {
-    HELD.fetch_add(1, Ordering::Relaxed);
+impl Tx {
+    /// Whether a send of `len` bytes joins the open bundle (see
+    /// [`Engine::joins_bundle`]).
+    fn takes(&self, len: usize) -> bool {
+        let busy = self.inflight > 0 || self.open.is_some();
+        let slot = len > self.max && self.slots_on() && !self.slots.is_empty();
+        let most = if busy { self.max_queued() } else { SLOT_RECORD };
+        len <= most && (busy || slot)
+    }
 }
 
 impl Engine {
@@ -31,12 +27,7 @@ impl Engine {
     /// cores those steps cost 200-300 us an operation (3 ranks on 2 CPUs,
     /// `sendrecv` through the runtime: 32 KiB 250 us, 96 KiB 317-332 us).
     pub(in crate::engine) fn joins_bundle(&self, conn: u64, len: usize) -> bool {
-        self.tx_ref(conn).is_some_and(|tx| {
-            let busy = tx.inflight > 0 || tx.open.is_some();
-            let slot = len > tx.max && tx.slots_on() && !tx.slots.is_empty();
-            let most = if busy { tx.max_queued() } else { SLOT_RECORD };
-            len <= most && (busy || slot)
-        })
+        self.tx_ref(conn).is_some_and(|tx| tx.takes(len))
     }
 
     /// Whether a send of `len` bytes on `conn` would join the open bundle but
@@ -49,11 +40,9 @@ impl Engine {
     /// % in slots instead of 47-85 %, at 1.6-1.7x raw libfabric instead of
     /// 1.1-1.5x (`docs/PERFORMANCE.md`, fourteenth pass).
     pub fn bundle_full(&self, conn: u64, len: usize) -> bool {
-        // The open bundle makes the connection busy, so such a send would
-        // join it if it is not larger than a bundle takes.
         self.tx_ref(conn).is_some_and(|tx| {
             tx.open.as_ref().is_some_and(|w| !w.fits(len))
-                && len <= tx.max_queued()
+                && tx.takes(len)
                 && (tx.bundles >= MAX_TX_BUNDLES || tx.waits_for_slot())
         })
     }
