@@ -1,9 +1,9 @@
 //! Bundles (`src/bundle.rs`) on a connection to this process: sends that complete
 //! before any receive is posted (their records wait at the receiver), records
 //! filling receives already posted, and a bundled send larger than its receive.
-//! Each check first makes sure the sends really travelled in bundles, and the
-//! receive comm, which posts one bundle receive until a bundle comes, has
-//! posted the others.
+//! Each check first makes sure the sends really travelled in bundles. A fresh
+//! receive comm posts one bundle receive until its first bundle comes, then the
+//! others, exactly once.
 
 use std::time::Instant;
 
@@ -11,7 +11,7 @@ use cclkit_host::net::Request;
 use cclkit_net_ofi::bundle_counts;
 
 use crate::flows::{self, Link, check_deadline, post_one, say, send_one, wait};
-use crate::net::{R, Side};
+use crate::net::{Abi, R, Side};
 use crate::pattern::{Rng, fill, first_mismatch};
 
 /// Odd sizes, all small enough to bundle; the first goes out on its own (nothing
@@ -20,13 +20,9 @@ const SIZES: [usize; 9] = [1, 7, 300, 1000, 0, 2049, 13, 4095, 5];
 const TAG: i32 = 5;
 
 /// Runs the checks; prints `BUNDLES ok`.
-pub fn check(l: &mut Link, seed: u64) -> R<()> {
+pub fn check(l: &mut Link, abi: Abi, seed: u64) -> R<()> {
     early_records(l, seed)?;
-    // The link's receive comm posts one bundle receive until a bundle comes,
-    // then all of them (`RX_FIRST` in `src/engine/bundle/rx.rs`): one has come.
-    if bundle_counts().grown == 0 {
-        return Err("bundles arrived, but no receive comm posted its other bundle receives".into());
-    }
+    first_bundle_grows(abi, seed ^ 0x96)?;
     posted_receives(l, seed ^ 0x5eed)?;
     lone_record(l)?;
     truncated(l)?;
@@ -88,6 +84,30 @@ pub fn receive_each(l: &mut Link, seed: u64, first_id: u64, tag: i32) -> R<()> {
         }
     }
     Ok(())
+}
+
+/// On a new comm pair (`l`'s receive comm grew long before this check), the
+/// receive comm posts its other bundle receives when its first bundle comes
+/// (`RX_FIRST` in `src/engine/bundle/rx.rs`), not at accept, and only once.
+fn first_bundle_grows(abi: Abi, seed: u64) -> R<()> {
+    let before = bundle_counts().grown;
+    let mut fresh = crate::scenarios::self_link(abi)?;
+    if bundle_counts().grown != before {
+        return Err("a new receive comm posted all its bundle receives before any bundle".into());
+    }
+    let data = payloads(seed, 0);
+    send_burst(&mut fresh, &data, TAG)?;
+    receive_each(&mut fresh, seed, 0, TAG)?;
+    send_burst(&mut fresh, &data, TAG)?;
+    receive_each(&mut fresh, seed, 0, TAG)?;
+    let grown = bundle_counts().grown - before;
+    if grown != 1 {
+        return Err(format!(
+            "two bursts of bundles on a new comm pair: {grown} receive comms posted their \
+             other bundle receives; expected 1"
+        ));
+    }
+    flows::close(fresh)
 }
 
 /// Every send completes before its receive exists: the receiver must keep the

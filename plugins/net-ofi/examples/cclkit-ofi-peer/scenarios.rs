@@ -144,7 +144,7 @@ pub fn loopback(
 
     // Before the truncation, which breaks a tcp connection for good.
     if bundles {
-        crate::bundles::check(&mut l, seed)?;
+        crate::bundles::check(&mut l, abi, seed)?;
     }
     // Bundles larger than a tagged one go into the receiver's slots, which
     // need both.
